@@ -1,0 +1,130 @@
+"""A thin NVML session over `pynvml` (nvidia-ml-py): lazy init, readings as plain dicts.
+
+Every failure becomes a reason string: no driver, no library, a field the GPU does not
+support. The module object is injectable so tests run with a fake.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def describe_error(err: BaseException) -> str:
+    """NVML error in words: what is missing rather than 'error'."""
+    name = type(err).__name__
+    if "LibraryNotFound" in name:
+        return "NVML library not found (no NVIDIA driver installed)"
+    if "DriverNotLoaded" in name:
+        return "NVIDIA driver not loaded"
+    if "NoPermission" in name:
+        return "no permission to query NVML"
+    if "NotSupported" in name:
+        return "not supported by this GPU"
+    return f"{name}: {err}" if str(err) else name
+
+
+class NvmlSession:
+    """Initialises NVML on first use; `close()` shuts it down."""
+
+    def __init__(self, module: Any = None) -> None:
+        self._module = module
+        self._ready = False
+        self.reason: str | None = None
+
+    def _nvml(self) -> Any:
+        if self._ready:
+            return self._module
+        if self.reason is not None:
+            return None
+        try:
+            if self._module is None:
+                import pynvml
+
+                self._module = pynvml
+            self._module.nvmlInit()
+        except ImportError:
+            self.reason = "nvidia-ml-py (pynvml) is not installed"
+            return None
+        except Exception as e:
+            self.reason = describe_error(e)
+            return None
+        self._ready = True
+        return self._module
+
+    def close(self) -> None:
+        if self._ready:
+            try:
+                self._module.nvmlShutdown()
+            except Exception:
+                pass
+            self._ready = False
+
+    def system(self) -> dict[str, Any]:
+        """Driver versions and device count, or why NVML is unavailable."""
+        nv = self._nvml()
+        if nv is None:
+            return {"available": False, "reason": self.reason}
+        info: dict[str, Any] = {"available": True}
+        try:
+            info["driver_version"] = _text(nv.nvmlSystemGetDriverVersion())
+        except Exception:
+            info["driver_version"] = None
+        try:
+            v = int(nv.nvmlSystemGetCudaDriverVersion())
+            info["cuda_driver_version"] = f"{v // 1000}.{v % 1000 // 10}"
+        except Exception:
+            info["cuda_driver_version"] = None
+        try:
+            info["device_count"] = int(nv.nvmlDeviceGetCount())
+        except Exception as e:
+            return {"available": False, "reason": f"cannot count GPUs: {describe_error(e)}"}
+        return info
+
+    def device(self, index: int) -> dict[str, Any]:
+        """Static and live readings of NVML device `index`; unreadable fields go to `errors`."""
+        nv = self._nvml()
+        errors: dict[str, str] = {}
+        out: dict[str, Any] = {"nvml_index": index, "errors": errors}
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        except Exception as e:
+            errors["device"] = describe_error(e)
+            out["name"] = f"GPU {index} (unreadable)"
+            return out
+
+        def read(key: str, fn: Callable[[], Any]) -> None:
+            try:
+                out[key] = fn()
+            except Exception as e:
+                out[key] = None
+                errors[key] = describe_error(e)
+
+        read("name", lambda: _text(nv.nvmlDeviceGetName(handle)))
+        read("uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
+        read("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(handle).busId))
+        read("cc", lambda: tuple(int(x) for x in nv.nvmlDeviceGetCudaComputeCapability(handle)))
+        mem: dict[str, int] = {}
+        read("memory", lambda: mem.update(total=int((m := nv.nvmlDeviceGetMemoryInfo(handle)).total),
+                                          used=int(m.used)))
+        out.pop("memory", None)
+        out["memory_total"], out["memory_used"] = mem.get("total"), mem.get("used")
+        read("utilization", lambda: int(nv.nvmlDeviceGetUtilizationRates(handle).gpu))
+        read("temperature", lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)))
+        read("power_draw", lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+        read("power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
+        read("sm_clock", lambda: int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)))
+        read("mem_clock", lambda: int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)))
+        if out.get("name") is None:
+            out["name"] = f"GPU {index}"
+        return out
+
+    def read_all(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(system info, one reading per NVML device)."""
+        info = self.system()
+        if not info["available"]:
+            return info, []
+        return info, [self.device(i) for i in range(info["device_count"])]

@@ -1,0 +1,293 @@
+"""TOML profiles, schema v1: strict reading with errors that say where and how to fix,
+deterministic atomic writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import difflib
+import math
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from backends.options import (
+    OPTIONS,
+    OPTIONS_BY_KEY,
+    SCHEMA_VERSION,
+    SECTIONS,
+    Generated,
+    Kind,
+    OptionSpec,
+    Profile,
+)
+
+TOOL_VERSION = "0.1.0"
+GENERATED_KEYS = ("tool_version", "time", "capability_fingerprint", "capability_source")
+
+
+class ProfileError(Exception):
+    """A profile that cannot be read; `str()` names file, line, key, value, what is allowed, a fix."""
+
+    def __init__(self, path: str | os.PathLike, problem: str, *, line: int | None = None,
+                 key: str | None = None, hint: str | None = None) -> None:
+        self.path, self.line, self.key, self.problem, self.hint = str(path), line, key, problem, hint
+        where = self.path + (f":{line}" if line else "")
+        text = f"{where}: " + (f"{key}: " if key else "") + problem
+        super().__init__(text + (f" ({hint})" if hint else ""))
+
+
+class ProfileExistsError(FileExistsError):
+    """Saving would overwrite a file and `overwrite=True` was not given."""
+
+
+@dataclass(frozen=True)
+class ProfileWarning:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: warning: {self.message}"
+
+
+# --- reading --------------------------------------------------------------------------------
+
+def _line_of(text: str, table: str | None, key: str | None) -> int | None:
+    """Best-effort line number of `[table]` or of `key` inside it."""
+    current: str | None = None
+    header = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"']+)\s*\]")
+    assign = re.compile(r"^\s*([A-Za-z0-9_\-\"']+)\s*=")
+    for number, line in enumerate(text.splitlines(), 1):
+        if m := header.match(line):
+            current = m.group(1).strip("\"'")
+            if key is None and current == table:
+                return number
+            continue
+        if key is not None and current == table and (m := assign.match(line)) and m.group(1).strip("\"'") == key:
+            return number
+    return None
+
+
+def _suggest(word: str, choices: list[str]) -> str | None:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _convert(spec: OptionSpec, value: Any, err: Any) -> Any:
+    """Check one value against its spec; returns the typed value or calls err(problem, hint)."""
+    shown = tomli_w.dumps({"v": value}).strip()[4:] if not isinstance(value, dict) else "a table"
+    if spec.kind is Kind.CHOICE:
+        if spec.key == "compile.dynamic" and isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, str):
+            err(f"expected {spec.allowed()}, found {_type_name(value)} {shown}")
+        try:
+            return spec.choices(value)
+        except ValueError:
+            err(f"{shown} is not allowed; expected {spec.allowed()}",
+                _suggest(value, [c.value for c in spec.choices]))
+    if spec.kind is Kind.BOOL:
+        if not isinstance(value, bool):
+            hint = f"write {str(value).lower()} without quotes" if str(value).lower() in ("true", "false") else None
+            err(f"expected true or false, found {_type_name(value)} {shown}", hint)
+        return value
+    if spec.kind is Kind.DEVICES:
+        if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+            err(f"expected {spec.allowed()}, found {shown}")
+        if any(d < 0 for d in value):
+            err(f"negative CUDA ordinal in {shown}; expected {spec.allowed()}")
+        if len(set(value)) != len(value):
+            err(f"duplicate CUDA ordinal in {shown}; each GPU may appear once")
+        if not value:
+            err("empty device list; omit parallel.devices to use the first `gpus` ordinals")
+        return tuple(value)
+    numeric = (int,) if spec.kind is Kind.INT else (int, float)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        err(f"expected {spec.allowed()}, found {_type_name(value)} {shown}")
+    if isinstance(value, float) and not math.isfinite(value):
+        err(f"expected {spec.allowed()}, found {shown}")
+    too_low = spec.minimum is not None and (value <= spec.minimum if spec.exclusive_minimum else value < spec.minimum)
+    too_high = spec.maximum is not None and value > spec.maximum
+    if too_low or too_high:
+        err(f"{shown} is out of range; expected {spec.allowed()}")
+    return float(value) if spec.kind is Kind.FLOAT else value
+
+
+def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str = "") -> tuple[Profile, list[ProfileWarning]]:
+    """A Profile from parsed TOML data; raises ProfileError on the first bad entry."""
+    warnings: list[ProfileWarning] = []
+
+    def fail(problem: str, *, table: str | None = None, key: str | None = None, hint: str | None = None) -> None:
+        line = _line_of(text, table, key) if text else None
+        keypath = ".".join(x for x in (table, key) if x) or None
+        raise ProfileError(path, problem, line=line, key=keypath, hint=hint)
+
+    version = data.get("schema_version")
+    if version is None:
+        warnings.append(ProfileWarning(str(path), "no schema_version; reading it as schema_version = 1"))
+    elif isinstance(version, bool) or not isinstance(version, int):
+        fail(f"expected an integer, found {_type_name(version)}", key="schema_version",
+             hint=f"write schema_version = {SCHEMA_VERSION}")
+    elif version > SCHEMA_VERSION:
+        fail(f"schema_version {version} is newer than this ltx-tui understands ({SCHEMA_VERSION})",
+             key="schema_version", hint="upgrade ltx-tui (pip install -U ltx-tui), or re-export the profile")
+    elif version < 1:
+        fail(f"schema_version {version} is not valid; the first schema is 1", key="schema_version")
+
+    allowed_top = ["schema_version", "generated", *SECTIONS]
+    values: dict[str, Any] = {}
+    for top, body in data.items():
+        if top not in allowed_top:
+            hint = _suggest(top, allowed_top) or f"known tables: {', '.join(SECTIONS)}, generated"
+            fail(f"unknown {'table' if isinstance(body, dict) else 'key'} [{top}]", table=top, hint=hint)
+        if top in ("schema_version",):
+            continue
+        if not isinstance(body, dict):
+            fail(f"expected a table [{top}], found {_type_name(body)}", key=top)
+        if top == "generated":
+            continue
+        names = [o.name for o in OPTIONS if o.section == top]
+        for name, value in body.items():
+            key = f"{top}.{name}"
+            if key not in OPTIONS_BY_KEY:
+                elsewhere = [o.key for o in OPTIONS if o.name == name]
+                hint = _suggest(name, names) or (f"it belongs in [{elsewhere[0].split('.')[0]}]" if elsewhere
+                                                 else f"keys of [{top}]: {', '.join(names)}")
+                fail(f"unknown key {name!r} in [{top}]", table=top, key=name, hint=hint)
+
+            def err(problem: str, hint: str | None = None, *, _t=top, _n=name) -> None:
+                fail(problem, table=_t, key=_n, hint=hint)
+
+            values[key] = _convert(OPTIONS_BY_KEY[key], value, err)
+
+    devices = values.get("parallel.devices")
+    gpus = values.get("parallel.gpus", 1)
+    if devices is not None and len(devices) != gpus:
+        fail(f"lists {len(devices)} device(s) but parallel.gpus = {gpus}", table="parallel", key="devices",
+             hint="make parallel.gpus equal the number of devices, or drop parallel.devices")
+    profile = Profile().replace(**values) if values else Profile()
+    gen = data.get("generated")
+    if isinstance(gen, dict):
+        extra = [k for k in gen if k not in GENERATED_KEYS]
+        if extra:
+            warnings.append(ProfileWarning(str(path), f"[generated] has unknown key(s) {', '.join(extra)}; ignored"))
+        profile = dataclasses.replace(profile, generated=Generated(
+            tool_version=str(gen.get("tool_version", "")), time=str(gen.get("time", "")),
+            capability_fingerprint=gen.get("capability_fingerprint"), capability_source=gen.get("capability_source")))
+    return profile, warnings
+
+
+def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
+    """Read a profile file: (profile, warnings). Raises ProfileError for anything unusable."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(p, "file not found", hint="check the path, or run `ltx-tui` to create a profile") from None
+    except IsADirectoryError:
+        raise ProfileError(p, "is a directory, expected a TOML file") from None
+    except PermissionError:
+        raise ProfileError(p, "permission denied", hint="check the file's permissions") from None
+    except OSError as e:
+        raise ProfileError(p, f"cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ProfileError(p, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", line=line,
+                           hint="TOML files must be UTF-8; re-save the file as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+        line = int(m.group(1)) if m else getattr(e, "lineno", None)
+        col = f", column {m.group(2)}" if m else ""
+        raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line) from None
+    return parse(data, p, text)
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Read a profile file (warnings dropped; use `read` to see them)."""
+    return read(path)[0]
+
+
+# --- writing --------------------------------------------------------------------------------
+
+def to_data(profile: Profile, generated: Generated | None = None) -> dict[str, Any]:
+    """The TOML document of a profile, in vocabulary order."""
+    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    for section in SECTIONS:
+        body: dict[str, Any] = {}
+        for spec in (o for o in OPTIONS if o.section == section):
+            value = profile.get(spec.key)
+            if value is None:
+                continue
+            body[spec.name] = list(value) if isinstance(value, tuple) else (
+                value.value if hasattr(value, "value") else value)
+        data[section] = body
+    gen = generated or profile.generated
+    if gen is not None:
+        data["generated"] = {k: v for k, v in dataclasses.asdict(gen).items() if v is not None}
+    return data
+
+
+def dumps(profile: Profile, generated: Generated | None = None) -> str:
+    return tomli_w.dumps(to_data(profile, generated))
+
+
+def generated_for(capability: Any = None, now: datetime.datetime | None = None) -> Generated:
+    """Provenance for a profile validated on `capability` (a backends.capability.Capability)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return Generated(
+        tool_version=TOOL_VERSION,
+        time=now.replace(microsecond=0).isoformat(),
+        capability_fingerprint=capability.fingerprint() if capability is not None else None,
+        capability_source=capability.source if capability is not None else None,
+    )
+
+
+def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, overwrite: bool = False,
+         now: datetime.datetime | None = None) -> Path:
+    """Write `profile` atomically: a complete file or none. Refuses to replace a file unless `overwrite`."""
+    p = Path(path)
+    generated = generated_for(capability, now)
+    body = dumps(profile, generated).encode("utf-8")
+    if p.is_dir():
+        raise IsADirectoryError(f"{p}: is a directory; give a file name such as {p / 'ltx-profile.toml'}")
+    if not overwrite and p.exists():
+        raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if overwrite:
+            os.replace(tmp, p)
+        else:
+            try:
+                os.link(tmp, p)  # fails if p appeared meanwhile: never a silent overwrite
+            except FileExistsError:
+                raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it") from None
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p

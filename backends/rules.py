@@ -1,0 +1,649 @@
+"""Requirement and compatibility rules, and `resolve(profile, capability)`.
+
+`RULES` is the one place a requirement is written: each rule has a stable id, a check
+over `Facts`, a message naming what is missing and a remedy. `resolve()` walks the
+options and returns one `Decision` per option key, with the chain of steps that led
+from the requested value to the effective one.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from backends.capability import GPU, Availability, Capability
+from backends.options import (
+    Attention,
+    CompileBackend,
+    CompileMode,
+    DiffVAEMode,
+    Dynamic,
+    NABackend,
+    NattenKernel,
+    OffloadMode,
+    Profile,
+    Quantization,
+    SparseAttention,
+)
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    FALLBACK = "fallback"
+    WARNING = "warning"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Step:
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    option: str
+    requested: Any
+    effective: Any
+    status: Status
+    chain: tuple[Step, ...]
+    rules: tuple[str, ...] = ()
+    message: str | None = None
+    remedy: str | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules look at: the capability, the profile, and the attention shape asked about."""
+
+    cap: Capability
+    profile: Profile = field(default_factory=Profile)
+    dtype: str = "bf16"
+    head_dim: int = 64
+
+    @property
+    def gpu(self) -> GPU | None:
+        devices = self.profile.parallel.devices
+        want = devices[0] if devices else 0
+        gpus = self.cap.gpus
+        return gpus[want] if want < len(gpus) else (gpus[0] if gpus else None)
+
+    @property
+    def cuda(self) -> bool:
+        return self.cap.cuda
+
+    @property
+    def sm(self) -> tuple[int, int] | None:
+        return self.gpu.compute_capability if self.cuda and self.gpu else None
+
+    @property
+    def sm_text(self) -> str:
+        if not self.cuda:
+            return "no CUDA device"
+        return f"{self.gpu.name}, {self.gpu.sm}"
+
+    def has(self, package: str) -> bool:
+        return self.cap.package(package).available
+
+    def why_not(self, package: str) -> str:
+        return self.cap.package(package).reason or "unavailable"
+
+    def ltx_part(self, part: str) -> bool:
+        return self.has("ltx_kernels") and bool(self.cap.package("ltx_kernels").details.get(part))
+
+    @property
+    def no_cuda_reason(self) -> str:
+        t = self.cap.torch
+        return t.cuda_reason or self.cap.nvml.reason or t.reason or "no CUDA device visible"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    check: Callable[[Facts], bool]
+    message: Callable[[Facts], str]
+    remedy: str
+
+    def holds(self, f: Facts) -> bool:
+        return bool(self.check(f))
+
+
+# --- NATTEN kernels (the facts of NATTEN 0.21.7) ------------------------------------------
+
+@dataclass(frozen=True)
+class NattenKernelReq:
+    needs_libnatten: bool
+    sm: Callable[[tuple[int, int]], bool]
+    sm_text: str
+    dtypes: tuple[str, ...]
+    head_dim: Callable[[int], bool]
+    head_dim_text: str
+    cpu: bool = False
+    bf16_min_sm: tuple[int, int] | None = None
+
+
+NATTEN_KERNELS: dict[NattenKernel, NattenKernelReq] = {
+    NattenKernel.BLACKWELL: NattenKernelReq(True, lambda s: s in ((10, 0), (10, 3)), "SM 10.0/10.3",
+                                            ("fp16", "bf16"), lambda d: d <= 128 and d % 8 == 0,
+                                            "head_dim <= 128 and a multiple of 8"),
+    NattenKernel.HOPPER: NattenKernelReq(True, lambda s: s == (9, 0), "SM 9.0", ("fp16", "bf16"),
+                                         lambda d: d in (32, 64, 128, 256), "head_dim 32/64/128/256"),
+    NattenKernel.CUTLASS: NattenKernelReq(True, lambda s: s >= (6, 0), "SM >= 6.0", ("fp32", "fp16", "bf16"),
+                                          lambda d: d % 8 == 0, "head_dim a multiple of 8",
+                                          bf16_min_sm=(8, 0)),
+    NattenKernel.FLEX: NattenKernelReq(False, lambda s: s >= (7, 0), "SM >= 7.0 or the CPU",
+                                       ("fp32", "fp16", "bf16"), lambda d: d > 0 and d & (d - 1) == 0,
+                                       "head_dim a power of 2", cpu=True),
+}
+NATTEN_AUTO_ORDER = (NattenKernel.BLACKWELL, NattenKernel.HOPPER, NattenKernel.CUTLASS, NattenKernel.FLEX)
+
+
+def natten_kernel_check(kernel: NattenKernel, f: Facts) -> Availability:
+    """Whether NATTEN kernel `kernel` runs `f.dtype`/`f.head_dim` here, and why not."""
+    if not f.has("natten"):
+        return Availability(False, f"natten is not importable ({f.why_not('natten')})")
+    req = NATTEN_KERNELS[kernel]
+    if req.needs_libnatten and not f.cap.package("natten").details.get("has_libnatten"):
+        return Availability(False, "natten has no libnatten (CUDA kernels not built; PyPI ships only the sdist)")
+    if f.cuda:
+        if not req.sm(f.sm):
+            return Availability(False, f"needs {req.sm_text}; this GPU is {f.gpu.sm}")
+        if f.dtype == "bf16" and req.bf16_min_sm and f.sm < req.bf16_min_sm:
+            return Availability(False, f"bf16 needs SM >= {req.bf16_min_sm[0]}.{req.bf16_min_sm[1]}")
+    elif not req.cpu:
+        return Availability(False, f"needs a CUDA device ({req.sm_text}): {f.no_cuda_reason}")
+    if f.dtype not in req.dtypes:
+        return Availability(False, f"dtype {f.dtype} not supported (only {'/'.join(req.dtypes)})")
+    if not req.head_dim(f.head_dim):
+        return Availability(False, f"head_dim {f.head_dim} not supported (needs {req.head_dim_text})")
+    return Availability(True)
+
+
+def natten_kernels(cap: Capability, dtype: str = "bf16", head_dim: int = 64) -> dict[str, Availability]:
+    f = Facts(cap, dtype=dtype, head_dim=head_dim)
+    return {k.value: natten_kernel_check(k, f) for k in NATTEN_AUTO_ORDER}
+
+
+def _natten_usable(f: Facts) -> bool:
+    kernel = f.profile.diffvae.natten_kernel
+    kernels = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
+    return any(natten_kernel_check(k, f).available for k in kernels)
+
+
+def _natten_why(f: Facts) -> str:
+    if not f.has("natten"):
+        return f"natten is not importable ({f.why_not('natten')})"
+    kernel = f.profile.diffvae.natten_kernel
+    kernels = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
+    return "; ".join(f"{k.value}: {natten_kernel_check(k, f).reason}" for k in kernels)
+
+
+# --- The rules table ------------------------------------------------------------------------
+
+def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
+    return f.cuda and f.sm >= sm
+
+
+CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)
+DSL_SMS = ((10, 0), (10, 1), (10, 3))
+SEQUENCE_PARALLEL_HEADS = 32
+
+_RULES: tuple[Rule, ...] = (
+    Rule("cuda.device", lambda f: f.cuda,
+         lambda f: f"needs a CUDA device: {f.no_cuda_reason}",
+         "run on a machine with an NVIDIA GPU and a CUDA build of torch, or choose a CPU path"),
+    Rule("natten.usable", _natten_usable, _natten_why,
+         "install natten with its CUDA kernels (pip install natten builds from source, ~20 min), "
+         "or choose another diffvae.na_backend / natten_kernel"),
+    Rule("natten.flex-slow", lambda f: not f.cuda,
+         lambda f: "only NATTEN's flex-fna runs here: at DiffVAE shapes it is 100x+ slower than hopper-fna",
+         "build natten with CUDA (libnatten), or use diffvae.na_backend = \"triton\""),
+    Rule("triton.na", lambda f: f.cuda and f.has("triton"),
+         lambda f: ("triton is not importable (" + f.why_not("triton") + ")") if f.cuda
+         else f"the Triton NA kernel needs a CUDA device: {f.no_cuda_reason}",
+         "pip install triton on a CUDA machine, or use diffvae.na_backend = \"eager_sdpa\""),
+    Rule("diffvae.compile-off",
+         lambda f: f.profile.diffvae.mode is not DiffVAEMode.CHUNKED_COMPILE
+         or (f.profile.diffvae.na_backend in (NABackend.AUTO, NABackend.NATTEN) and _natten_usable(f)),
+         lambda f: "LTX-2 turns torch.compile off for the DiffVAE when it does not run on natten",
+         "install natten with CUDA kernels to keep chunked_compile, or choose chunked_eager to say so"),
+    Rule("diffvae.combined-needs-natten", _natten_usable,
+         lambda f: "combined_compile runs only on natten, which cannot run here: " + _natten_why(f),
+         "install natten with CUDA kernels, or use diffvae.mode = \"chunked_compile\""),
+    Rule("diffvae.blackwell-dsl",
+         lambda f: f.cuda and f.sm in DSL_SMS and f.ltx_part("vae") and f.has("cutlass_dsl"),
+         lambda f: "blackwell_dsl needs SM 10.0/10.1/10.3 (here: " + f.sm_text + "), ltx_kernels.vae ("
+         + ("present" if f.ltx_part("vae") else "missing") + ") and cutlass.cute from nvidia-cutlass-dsl ("
+         + ("present" if f.has("cutlass_dsl") else "missing") + ")",
+         "use a B200/GB200-class GPU with ltx-kernels and nvidia-cutlass-dsl, or diffvae.mode = \"chunked_eager\""),
+    Rule("diffvae.dsl-pair",
+         lambda f: (f.profile.diffvae.na_backend is NABackend.BLACKWELL_DSL)
+         == (f.profile.diffvae.mode is DiffVAEMode.BLACKWELL_DSL)
+         or (f.profile.diffvae.mode is DiffVAEMode.BLACKWELL_DSL and f.profile.diffvae.na_backend is NABackend.AUTO),
+         lambda f: "diffvae.mode blackwell_dsl and diffvae.na_backend blackwell_dsl go together "
+         f"(here: mode {f.profile.diffvae.mode}, na_backend {f.profile.diffvae.na_backend})",
+         "set both to blackwell_dsl, or neither (na_backend = \"auto\" works with every mode)"),
+    Rule("attention.fa3", lambda f: f.cuda and f.sm[0] == 9 and f.has("flash_attn_3"),
+         lambda f: f"FlashAttention 3 needs SM 9.x (here: {f.sm_text}) and flash_attn_interface "
+         f"({'present' if f.has('flash_attn_3') else f.why_not('flash_attn_3')})",
+         "on Hopper, install FlashAttention 3 (hopper/ of flash-attention); else transformer.attention = \"automatic\""),
+    Rule("attention.fa4", lambda f: f.cuda and f.sm[0] in (9, 10) and f.has("flash_attn_4"),
+         lambda f: f"FlashAttention 4 needs SM 9.x/10.x (here: {f.sm_text}) and flash_attn.cute "
+         f"({'present' if f.has('flash_attn_4') else f.why_not('flash_attn_4')})",
+         "install flash-attn with its cute (FA4) module on Hopper/Blackwell; else \"automatic\""),
+    *(Rule(f"attention.sdpa_{n}", (lambda n: lambda f: f.cuda and f.cap.sdpa.get(n, Availability(False)).available)(n),
+           (lambda n: lambda f: f"SDPA {n} backend unavailable: "
+            + (f.cap.sdpa.get(n, Availability(False, "not probed")).reason or "") if f.cuda
+            else f"SDPA {n} backend needs a CUDA device: {f.no_cuda_reason}")(n),
+           "choose transformer.attention = \"automatic\" to take the best SDPA backend that works")
+      for n in ("cudnn", "flash", "efficient")),
+    Rule("attention.mps", lambda f: f.cap.platform == "darwin",
+         lambda f: f"mps_sdpa runs on macOS only (here: {f.cap.platform})",
+         "use \"automatic\" or \"pytorch\" off macOS"),
+    Rule("quant.fp8-scaled-mm", lambda f: _sm_at_least(f, (8, 9)),
+         lambda f: f"fp8-scaled-mm uses torch._scaled_mm, which needs SM >= 8.9 (here: {f.sm_text})",
+         "use quantization = \"fp8-cast\" (runs anywhere), or an Ada/Hopper/Blackwell GPU"),
+    Rule("quant.nvfp4", lambda f: f.cuda and f.sm[0] >= 10 and f.ltx_part("nvfp4"),
+         lambda f: f"nvfp4 needs SM major >= 10 (here: {f.sm_text}) and ltx-kernels' nvfp4 build ("
+         + ("present" if f.ltx_part("nvfp4") else "missing") + ")",
+         "use fp8-cast / fp8-scaled-mm, or a Blackwell GPU with ltx-kernels built with nvfp4"),
+    Rule("quant.fp8-blockwise",
+         lambda f: f.cuda and (f.sm in ((8, 9), (9, 0)) or f.sm[0] in (10, 12)) and f.has("ltx_kernels"),
+         lambda f: f"fp8-blockwise needs ltx-kernels ({'present' if f.has('ltx_kernels') else 'missing'}) "
+         f"and SM 8.9/9.0/10.x/12.x (here: {f.sm_text}; Ampere fails)",
+         "install ltx-kernels on an Ada/Hopper/Blackwell GPU, or use fp8-cast"),
+    Rule("quant.int8-w8a8", lambda f: _sm_at_least(f, (8, 0)) and f.has("triton"),
+         lambda f: f"int8-w8a8 needs int8 tensor cores (SM >= 8.0; here: {f.sm_text}) and triton for "
+         f"ltx-tui's int8 GEMM ({'present' if f.has('triton') else f.why_not('triton')})",
+         "use an Ampere or newer GPU with triton installed, or fp8-cast"),
+    Rule("sparse.sla", lambda f: f.cuda and f.has("triton") and f.has("turbo_diffusion_ops"),
+         lambda f: f"sla needs CUDA ({'yes' if f.cuda else f.no_cuda_reason}), triton "
+         f"({'present' if f.has('triton') else 'missing'}) and TurboDiffusion's turbo_diffusion_ops "
+         f"({'present' if f.has('turbo_diffusion_ops') else f.why_not('turbo_diffusion_ops')})",
+         "install TurboDiffusion (with its built turbo_diffusion_ops), or sparse_attention = \"none\""),
+    Rule("sparse.sagesla",
+         lambda f: f.cuda and f.has("spas_sage_attn") and f.has("turbo_diffusion_ops") and f.head_dim in (64, 128),
+         lambda f: f"sagesla needs CUDA ({'yes' if f.cuda else f.no_cuda_reason}), SpargeAttn's spas_sage_attn "
+         f"({'present' if f.has('spas_sage_attn') else f.why_not('spas_sage_attn')}), turbo_diffusion_ops "
+         f"({'present' if f.has('turbo_diffusion_ops') else f.why_not('turbo_diffusion_ops')}) and head_dim 64/128",
+         "install SpargeAttn and TurboDiffusion, or use sparse_attention = \"sla\" / \"none\""),
+    Rule("compile.cuda-graphs-cuda", lambda f: f.cuda,
+         lambda f: f"CUDA graphs (compile mode {f.profile.compile.mode}, capture={str(f.profile.compile.capture).lower()}) "
+         f"need a CUDA device: {f.no_cuda_reason}",
+         "use compile.mode = \"default\" and capture = false"),
+    Rule("compile.cuda-graphs-single-gpu",
+         lambda f: f.profile.parallel.gpus > 1 or f.profile.offload.mode is not OffloadMode.NONE,
+         lambda f: "CUDA graphs (compile mode reduce-overhead/max-autotune or capture=true) with offload none on "
+         "one GPU: LTX-2's single-GPU builder does not keep resident weights and raises",
+         "use compile.mode = \"default\" or \"max-autotune-no-cudagraphs\" with capture = false, "
+         "or set offload.mode = \"cpu\""),
+    Rule("compile.inductor-triton", lambda f: not f.cuda or f.has("triton"),
+         lambda f: f"the inductor backend generates Triton kernels on CUDA, but triton is not importable "
+         f"({f.why_not('triton')})",
+         "pip install triton, or compile.backend = \"aot_eager\""),
+    Rule("compile.dynamic", lambda f: f.profile.compile.dynamic is not Dynamic.TRUE,
+         lambda f: "dynamic=true: the pipelines call .item() on data (data-dependent shapes), expect graph breaks",
+         "leave compile.dynamic = \"auto\" unless you know the shapes vary"),
+    Rule("offload.quantization",
+         lambda f: f.profile.transformer.quantization in OFFLOAD_QUANTIZATIONS,
+         lambda f: f"offload {f.profile.offload.mode} works only with quantization none or fp8-cast; "
+         f"LTX-2 raises for {f.profile.transformer.quantization}",
+         "set transformer.quantization = \"fp8-cast\", or offload.mode = \"none\""),
+    Rule("parallel.gpu-count", lambda f: f.profile.parallel.gpus <= len(f.cap.gpus) and (f.cuda or not f.cap.gpus),
+         lambda f: f"parallel.gpus = {f.profile.parallel.gpus} but {len(f.cap.gpus) if f.cuda else 0} "
+         f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})"),
+         "lower parallel.gpus, or check CUDA_VISIBLE_DEVICES and the driver"),
+    Rule("parallel.devices",
+         lambda f: all(d < len(f.cap.gpus) for d in (f.profile.parallel.devices or ())),
+         lambda f: f"parallel.devices {list(f.profile.parallel.devices or ())} names ordinals beyond the "
+         f"{len(f.cap.gpus)} visible GPU(s)",
+         "use ordinals 0.. visible-1 (after CUDA_VISIBLE_DEVICES), or drop parallel.devices"),
+    Rule("parallel.heads", lambda f: SEQUENCE_PARALLEL_HEADS % f.profile.parallel.gpus == 0,
+         lambda f: f"sequence parallel splits {SEQUENCE_PARALLEL_HEADS} heads: {f.profile.parallel.gpus} GPUs "
+         "do not divide them",
+         "use 1, 2, 4, 8, 16 or 32 GPUs"),
+    Rule("parallel.linux", lambda f: f.cap.platform.startswith("linux"),
+         lambda f: f"multi-GPU runs need Linux (here: {f.cap.platform})", "run multi-GPU on Linux"),
+    Rule("parallel.nccl", lambda f: f.cap.torch.nccl,
+         lambda f: "multi-GPU runs need NCCL, which this torch build lacks",
+         "install a CUDA build of torch with NCCL"),
+    Rule("parallel.all2all", lambda f: f.ltx_part("all2all"),
+         lambda f: "sequence parallel needs ltx-kernels' all2all ("
+         + ("ltx_kernels has no all2all" if f.has("ltx_kernels") else "ltx_kernels missing") + ")",
+         "install ltx-kernels with its all2all build"),
+    Rule("parallel.ignores-quant-offload",
+         lambda f: f.profile.parallel.gpus == 1 or (f.profile.transformer.quantization is Quantization.FP8_CAST
+                                                    and f.profile.offload.mode is OffloadMode.NONE),
+         lambda f: "LTX-2's multi-GPU CLIs ignore --quantization and --offload: they always run fp8-cast "
+         "with no offload",
+         "set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" for multi-GPU profiles"),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+
+
+# --- Resolution ---------------------------------------------------------------------------
+
+class _Resolver:
+    def __init__(self, profile: Profile, cap: Capability) -> None:
+        self.p = profile
+        self.f = Facts(cap, profile)
+        self.out: dict[str, Decision] = {}
+
+    # helpers -----------------------------------------------------------------------------
+    def failing(self, ids: Iterable[str]) -> list[Rule]:
+        return [RULES[i] for i in ids if not RULES[i].holds(self.f)]
+
+    def put(self, key: str, effective: Any, status: Status, chain: Iterable[Step],
+            rules: Iterable[str] = (), message: str | None = None, remedy: str | None = None) -> None:
+        self.out[key] = Decision(key, _plain(self.p.get(key)), _plain(effective), status, tuple(chain),
+                                 tuple(rules), message, remedy)
+
+    def ok(self, key: str, reason: str, effective: Any = ..., rules: Iterable[str] = ()) -> None:
+        value = self.p.get(key) if effective is ... else effective
+        self.put(key, value, Status.OK, [Step(_plain(value), reason)], rules)
+
+    def unused(self, key: str, reason: str) -> None:
+        self.put(key, None, Status.OK, [Step(None, f"unused: {reason}")])
+
+    def require(self, key: str, ids: Iterable[str], ok_reason: str, status: Status = Status.ERROR) -> bool:
+        """Ok if every rule holds, else `status` with the first failing rule's message."""
+        failed = self.failing(ids)
+        if not failed:
+            self.ok(key, ok_reason, rules=ids)
+            return True
+        rule = failed[0]
+        effective = None if status is Status.ERROR else self.p.get(key)
+        self.put(key, effective, status, [Step(_plain(self.p.get(key)), rule.message(self.f))],
+                 [r.id for r in failed], rule.message(self.f), rule.remedy)
+        return False
+
+    def warn(self, key: str, rule_id: str, effective: Any = ..., reason: str | None = None) -> None:
+        rule = RULES[rule_id]
+        value = self.p.get(key) if effective is ... else effective
+        chain = [Step(_plain(self.p.get(key)), reason or "requested")] if effective is not ... else []
+        chain.append(Step(_plain(value), rule.message(self.f)))
+        self.put(key, value, Status.WARNING, chain, [rule_id], rule.message(self.f), rule.remedy)
+
+    # options -----------------------------------------------------------------------------
+    def diffvae(self) -> None:
+        mode, req = self.p.diffvae.mode, self.p.diffvae.na_backend
+        f = self.f
+        na_key = "diffvae.na_backend"
+        if not RULES["diffvae.dsl-pair"].holds(f):
+            self.require(na_key, ["diffvae.dsl-pair"], "")
+        elif mode is DiffVAEMode.BLACKWELL_DSL:
+            if self.require(na_key, ["diffvae.blackwell-dsl"], ""):
+                self.ok(na_key, "Blackwell DSL kernels from ltx_kernels.vae", NABackend.BLACKWELL_DSL,
+                        ["diffvae.blackwell-dsl"])
+        elif mode is DiffVAEMode.COMBINED_COMPILE:
+            if req not in (NABackend.AUTO, NABackend.NATTEN):
+                self.put(na_key, None, Status.ERROR, [Step(req.value, "combined_compile runs natten only")],
+                         ["diffvae.combined-needs-natten"], f"diffvae.mode combined_compile runs natten only, "
+                         f"not {req}", "set diffvae.na_backend = \"natten\" (or \"auto\"), or use a chunked mode")
+            else:
+                self.require(na_key, ["diffvae.combined-needs-natten"], "natten (combined_compile requires it)")
+        else:
+            self._na_chain(na_key, req)
+        self._natten_kernel()
+        self._mode()
+
+    def _na_chain(self, key: str, req: NABackend) -> None:
+        order = [NABackend.NATTEN, NABackend.TRITON, NABackend.EAGER_SDPA]
+        start = 0 if req is NABackend.AUTO else order.index(req)
+        rule_of = {NABackend.NATTEN: "natten.usable", NABackend.TRITON: "triton.na"}
+        chain: list[Step] = []
+        fired: list[str] = []
+        for backend in order[start:]:
+            rule_id = rule_of.get(backend)
+            if rule_id and not RULES[rule_id].holds(self.f):
+                chain.append(Step(backend.value, RULES[rule_id].message(self.f)))
+                fired.append(rule_id)
+                continue
+            good = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fused Triton NA kernel",
+                    NABackend.EAGER_SDPA: "tiled eager SDPA runs on any device (slowest)"}[backend]
+            if req is NABackend.AUTO and not chain:
+                good = "auto picks natten first: " + good
+            chain.append(Step(backend.value, good))
+            if not fired:
+                self.put(key, backend, Status.OK, chain, [r for r in (rule_id,) if r])
+            else:
+                first = RULES[fired[0]]
+                self.put(key, backend, Status.FALLBACK, chain, fired,
+                         f"{order[start]} cannot run, fell back to {backend}: " + first.message(self.f), first.remedy)
+            return
+
+    def _natten_kernel(self) -> None:
+        key = "diffvae.natten_kernel"
+        kernel = self.p.diffvae.natten_kernel
+        na = self.out["diffvae.na_backend"].effective
+        if na != NABackend.NATTEN.value:
+            asked = self.p.diffvae.na_backend in (NABackend.AUTO, NABackend.NATTEN)
+            if kernel is not NattenKernel.AUTO and asked:
+                check = natten_kernel_check(kernel, self.f)
+                if not check.available:
+                    self.put(key, None, Status.ERROR, [Step(kernel.value, check.reason)],
+                             ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
+                             RULES["natten.usable"].remedy)
+                    return
+            self.unused(key, f"the NA backend is {na}")
+            return
+        candidates = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
+        chain = []
+        for k in candidates:
+            check = natten_kernel_check(k, self.f)
+            if not check.available:
+                chain.append(Step(k.value, check.reason))
+                continue
+            chain.append(Step(k.value, ("auto (blackwell > hopper > cutlass > flex): " if kernel is NattenKernel.AUTO
+                                        else "") + "runs bf16 head_dim 64 here"))
+            if k is NattenKernel.FLEX and not RULES["natten.flex-slow"].holds(self.f):
+                rule = RULES["natten.flex-slow"]
+                self.put(key, k, Status.WARNING, chain, ["natten.flex-slow"], rule.message(self.f), rule.remedy)
+            else:
+                self.put(key, k, Status.OK, chain, ["natten.usable"])
+            return
+
+    def _mode(self) -> None:
+        key = "diffvae.mode"
+        mode = self.p.diffvae.mode
+        na = self.out["diffvae.na_backend"]
+        if na.effective is not None and not RULES["diffvae.compile-off"].holds(self.f):
+            rule = RULES["diffvae.compile-off"]
+            msg = f"{rule.message(self.f)}: the NA backend is {na.effective}, so compile is off"
+            self.put(key, DiffVAEMode.CHUNKED_EAGER, Status.FALLBACK,
+                     [Step(mode.value, f"needs natten to stay compiled; NA backend is {na.effective}"),
+                      Step(DiffVAEMode.CHUNKED_EAGER.value, msg)], [rule.id], msg, rule.remedy)
+        elif mode is DiffVAEMode.COMBINED_COMPILE:
+            self.require(key, ["diffvae.combined-needs-natten"], "combined_compile on natten")
+        elif mode is DiffVAEMode.BLACKWELL_DSL:
+            self.require(key, ["diffvae.blackwell-dsl"], "Blackwell DSL decoder kernels")
+        else:
+            self.ok(key, {DiffVAEMode.CHUNKED_EAGER: "chunked decode, eager",
+                          DiffVAEMode.CHUNKED_COMPILE: "chunked decode, compiled (natten)"}[mode])
+
+    def attention(self) -> None:
+        key = "transformer.attention"
+        a = self.p.transformer.attention
+        rule_of = {Attention.FA3: "attention.fa3", Attention.FA4: "attention.fa4",
+                   Attention.SDPA_CUDNN: "attention.sdpa_cudnn", Attention.SDPA_FLASH: "attention.sdpa_flash",
+                   Attention.SDPA_EFFICIENT: "attention.sdpa_efficient", Attention.MPS_SDPA: "attention.mps"}
+        if a is Attention.AUTOMATIC:
+            sm = self.f.sm
+            order = [Attention.SDPA_CUDNN, Attention.SDPA_FLASH, Attention.SDPA_EFFICIENT, Attention.SDPA_MATH]
+            if sm and sm[0] == 9:
+                order = [Attention.FA3, Attention.FA4] + order
+            elif sm and sm[0] == 10:
+                order = [Attention.FA4] + order
+            elif not self.f.cuda and self.f.cap.platform == "darwin":
+                order = [Attention.MPS_SDPA] + order
+            chain = []
+            for cand in order:
+                rule = rule_of.get(cand)
+                if rule and not RULES[rule].holds(self.f):
+                    chain.append(Step(cand.value, RULES[rule].message(self.f)))
+                    continue
+                chain.append(Step(cand.value, "automatic: best available for " + self.f.sm_text))
+                self.put(key, cand, Status.OK, chain, [rule] if rule else [])
+                return
+        elif a in rule_of:
+            self.require(key, [rule_of[a]], f"{a} available")
+        else:
+            self.ok(key, "plain PyTorch attention runs anywhere" if a is Attention.PYTORCH
+                    else "SDPA math backend runs anywhere")
+
+    def quantization(self) -> None:
+        key = "transformer.quantization"
+        q = self.p.transformer.quantization
+        if self.p.parallel.gpus > 1:
+            if q is Quantization.FP8_CAST:
+                self.ok(key, "multi-GPU CLIs run fp8-cast")
+            else:
+                self.warn(key, "parallel.ignores-quant-offload", Quantization.FP8_CAST, f"requested {q}")
+            return
+        rules = {Quantization.FP8_SCALED_MM: ["quant.fp8-scaled-mm"], Quantization.NVFP4_CAST: ["quant.nvfp4"],
+                 Quantization.NVFP4_PREQUANT: ["quant.nvfp4"], Quantization.FP8_BLOCKWISE: ["quant.fp8-blockwise"],
+                 Quantization.INT8_W8A8: ["quant.int8-w8a8"]}.get(q, [])
+        reason = {Quantization.NONE: "weights kept in their dtype",
+                  Quantization.FP8_CAST: "float8_e4m3fn weights upcast in forward (any device)",
+                  Quantization.FP8_SCALED_MM: "torch._scaled_mm FP8 GEMMs (LTX-2 needs an FP8 checkpoint)",
+                  Quantization.INT8_W8A8: "ltx-tui's Triton int8 GEMM with dynamic per-row activation scales",
+                  }.get(q, f"{q} kernels from ltx-kernels")
+        self.require(key, rules, reason)
+
+    def sparse(self) -> None:
+        s = self.p.transformer.sparse_attention
+        if s is SparseAttention.NONE:
+            self.ok("transformer.sparse_attention", "dense attention")
+            self.unused("transformer.sla_topk", "sparse_attention is none")
+        else:
+            self.require("transformer.sparse_attention", ["sparse.sla" if s is SparseAttention.SLA else "sparse.sagesla"],
+                         f"TurboDiffusion {s}")
+            self.ok("transformer.sla_topk", f"keep the top {self.p.transformer.sla_topk:g} of blocks")
+        self.ok("transformer.fast_norm", "fused norms" if self.p.transformer.fast_norm else "plain norms")
+
+    def compile(self) -> None:
+        c = self.p.compile
+        keys = ("compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic", "compile.capture")
+        if not c.enabled:
+            self.ok("compile.enabled", "eager transformer blocks")
+            for k in keys:
+                self.unused(k, "compile.enabled is false")
+            return
+        self.ok("compile.enabled", "torch.compile per transformer block")
+        graphs = ["compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu"]
+        if c.mode in CUDA_GRAPH_MODES:
+            self.require("compile.mode", graphs, f"{c.mode} (CUDA graphs)")
+        else:
+            self.ok("compile.mode", f"{c.mode} (no CUDA graphs)")
+        if c.capture:
+            self.require("compile.capture", graphs, "CUDA graph capture")
+        else:
+            self.ok("compile.capture", "no CUDA graph capture")
+        if c.backend is CompileBackend.INDUCTOR:
+            self.require("compile.backend", ["compile.inductor-triton"], "inductor")
+        elif c.backend is CompileBackend.CUDAGRAPHS:
+            self.require("compile.backend", ["cuda.device"], "cudagraphs backend")
+        else:
+            self.ok("compile.backend", f"{c.backend} (no code generation)")
+        self.ok("compile.fullgraph", "one graph per block, fail on breaks" if c.fullgraph else "graph breaks allowed")
+        if c.dynamic is Dynamic.TRUE:
+            self.warn("compile.dynamic", "compile.dynamic")
+        else:
+            self.ok("compile.dynamic", "torch decides" if c.dynamic is Dynamic.AUTO else "static shapes")
+
+    def offload(self) -> None:
+        o = self.p.offload
+        if o.mode is OffloadMode.NONE:
+            self.ok("offload.mode", "no offload: weights stay resident")
+        elif self.p.parallel.gpus > 1:
+            self.warn("offload.mode", "parallel.ignores-quant-offload", OffloadMode.NONE, f"requested {o.mode}")
+        else:
+            self.require("offload.mode", ["cuda.device", "offload.quantization"],
+                         f"weights streamed from {'pinned CPU memory' if o.mode is OffloadMode.CPU else 'disk'}")
+        if o.mode is OffloadMode.NONE:
+            self.unused("offload.gpu_slots", "offload.mode is none")
+            self.unused("offload.prefetch", "offload.mode is none")
+        else:
+            self.ok("offload.gpu_slots", f"{o.gpu_slots} GPU buffers for streamed blocks")
+            self.ok("offload.prefetch", f"{o.prefetch} blocks fetched ahead")
+
+    def memory(self) -> None:
+        m = self.p.memory
+        if not m.expandable_segments:
+            self.ok("memory.expandable_segments", "default CUDA caching allocator")
+        elif self.f.cuda:
+            self.ok("memory.expandable_segments",
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (must be set before CUDA initialises)")
+        else:
+            self.ok("memory.expandable_segments", "no effect without CUDA", False)
+        self.ok("memory.max_batch_size", f"up to {m.max_batch_size} per batch")
+
+    def parallel(self) -> None:
+        par = self.p.parallel
+        ids = ["parallel.gpu-count"]
+        if par.gpus > 1:
+            ids += ["parallel.heads", "parallel.linux", "parallel.nccl", "parallel.all2all"]
+        self.require("parallel.gpus", ids, "one GPU" if par.gpus == 1 else f"sequence parallel over {par.gpus} GPUs")
+        if par.devices is None:
+            self.ok("parallel.devices", f"the first {par.gpus} CUDA ordinal(s)", list(range(par.gpus)))
+        else:
+            self.require("parallel.devices", ["parallel.devices"], "the listed CUDA ordinals")
+
+    def run(self) -> list[Decision]:
+        self.diffvae()
+        self.attention()
+        self.quantization()
+        self.sparse()
+        self.compile()
+        self.offload()
+        self.memory()
+        self.parallel()
+        from backends.options import OPTIONS
+
+        return [self.out[o.key] for o in OPTIONS]
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly form of an option value."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def resolve(profile: Profile, capability: Capability) -> list[Decision]:
+    """One decision per option of the vocabulary, in vocabulary order."""
+    return _Resolver(profile, capability).run()
+
+
+@dataclass(frozen=True)
+class Summary:
+    ok: int
+    fallback: int
+    warning: int
+    error: int
+
+    def __str__(self) -> str:
+        parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
+                 ((self.error, "error"), (self.fallback, "fallback"), (self.warning, "warning")) if n]
+        return ", ".join(parts) if parts else "all options run as asked"
+
+
+def summarize(decisions: Iterable[Decision]) -> Summary:
+    counts = {s: 0 for s in Status}
+    for d in decisions:
+        counts[d.status] += 1
+    return Summary(counts[Status.OK], counts[Status.FALLBACK], counts[Status.WARNING], counts[Status.ERROR])
+
+
+def exit_code(decisions: Iterable[Decision], *, strict: bool = False) -> int:
+    """0 runnable as asked, 1 an error (or, under strict, any fallback or warning)."""
+    s = summarize(decisions)
+    return 1 if s.error or (strict and (s.fallback or s.warning)) else 0

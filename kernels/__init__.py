@@ -1,0 +1,1 @@
+"""Compute kernels for 3D neighborhood attention: torch and triton only."""

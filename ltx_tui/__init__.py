@@ -1,0 +1,1 @@
+"""ltx-tui: terminal configurator for LTX-2 performance backends (CLI and Textual app)."""

@@ -1,0 +1,194 @@
+"""`ltx-tui --check`: headless validation with text or JSON output. Never imports textual.
+
+Exit codes: 0 runnable as asked (fallbacks and warnings reported), 1 some option cannot
+run here (or any fallback/warning under --strict), 2 usage, profile or capability file error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from backends import capability as capmod
+from backends import profile as profmod
+from backends.options import SCHEMA_VERSION, Profile
+from backends.rules import Decision, Status, exit_code, resolve, summarize
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+_COLOURS = {Status.OK: "32", Status.FALLBACK: "33", Status.WARNING: "33", Status.ERROR: "31"}
+
+
+def _colour(enabled: bool):
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if enabled else text
+    return paint
+
+
+def use_colour(stream: TextIO) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**3:.1f}"
+
+
+def gpu_line(g: capmod.GPU) -> str:
+    parts = [f"[{g.index}] {g.name}", g.sm]
+    if g.memory_used is not None:
+        parts.append(f"{_gib(g.memory_used)}/{_gib(g.memory_total)} GiB")
+    elif g.memory_total is not None:
+        parts.append(f"{_gib(g.memory_total)} GiB")
+    if g.utilization is not None:
+        parts.append(f"util {g.utilization}%")
+    if g.temperature is not None:
+        parts.append(f"{g.temperature}°C")
+    if g.power_draw is not None:
+        parts.append(f"{g.power_draw:.0f}/{g.power_limit or 0:.0f} W")
+    if g.sm_clock is not None:
+        parts.append(f"{g.sm_clock}/{g.mem_clock} MHz")
+    if g.errors:
+        parts.append("(" + "; ".join(f"{k}: {v}" for k, v in g.errors.items()) + ")")
+    return "  ".join(parts)
+
+
+def package_line(p: capmod.Package) -> str:
+    head = f"{p.name:<20} {(p.version or '-'):<12}"
+    if not p.available:
+        return f"{head} no   {p.reason}"
+    notes = []
+    if "has_libnatten" in p.details:
+        notes.append("libnatten" if p.details["has_libnatten"] else "no libnatten")
+    if "kernels" in p.details:
+        ok = [k for k, v in p.details["kernels"].items() if v["available"]]
+        notes.append("kernels: " + (", ".join(ok) or "none"))
+    parts = [k for k in capmod.LTX_KERNELS_PARTS if p.details.get(k)]
+    if p.name == "ltx_kernels":
+        notes.append("builds: " + (", ".join(parts) or "none"))
+    if p.details.get("imported") is False:
+        notes.append("installed, not imported (no CUDA device)")
+    return f"{head} yes  {'; '.join(notes)}".rstrip()
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str], decisions: list[Decision],
+                code: int, colour: bool) -> str:
+    paint = _colour(colour)
+    out = [f"ltx-tui --check   capability: {cap.source}   profile: {profile_label}", "", "GPUs"]
+    if cap.gpus:
+        out += ["  " + gpu_line(g) for g in cap.gpus]
+        if cap.nvml.ordinal_match:
+            out.append(f"  CUDA ordinals matched by {cap.nvml.ordinal_match}")
+    else:
+        out.append("  none visible")
+    if not cap.nvml.available:
+        out.append(f"  NVML: {cap.nvml.reason}")
+    else:
+        out.append(f"  driver {cap.nvml.driver_version or '?'}, CUDA driver {cap.nvml.cuda_driver_version or '?'}")
+    t = cap.torch
+    if t.available:
+        cuda = f"CUDA {t.cuda}" if t.cuda else "no CUDA build"
+        out.append(f"  torch {t.version} ({cuda}, cuDNN {t.cudnn or '-'})"
+                   + ("" if t.cuda_available else f": {t.cuda_reason}"))
+    else:
+        out.append(f"  torch: {t.reason}")
+    out += ["", "Packages"] + ["  " + package_line(p) for p in cap.packages.values()]
+    sdpa = ", ".join(f"{n} {'yes' if a.available else 'no'}" for n, a in cap.sdpa.items())
+    out.append(f"  {'sdpa':<20} {'':<12} {sdpa}")
+    out += [""] + [paint(w, "33") for w in warnings] + (["" ] if warnings else [])
+    out.append("Options (requested -> effective)")
+    width = max(len(d.option) for d in decisions)
+    for d in decisions:
+        status = paint(f"{d.status.value:<8}", _COLOURS[d.status])
+        line = f"  {status} {d.option:<{width}}  {_value(d.requested)} -> {_value(d.effective)}"
+        if len(d.chain) == 1 and d.status is Status.OK:
+            out.append(f"{line}   {d.chain[0].reason}")
+            continue
+        out.append(line)
+        for step in d.chain:
+            out.append(f"{'':>12}{_value(step.value)}: {step.reason}")
+        if d.remedy and d.status is not Status.OK:
+            out.append(f"{'':>12}fix: {d.remedy}")
+    s = summarize(decisions)
+    verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
+    out += ["", f"Summary: {s} -> exit {code} ({verdict})"]
+    return "\n".join(out) + "\n"
+
+
+def decision_dict(d: Decision) -> dict[str, Any]:
+    data = dataclasses.asdict(d)
+    data["status"] = d.status.value
+    return data
+
+
+def _error_json(kind: str, message: str) -> str:
+    return json.dumps({"schema_version": SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
+                       "error": {"kind": kind, "message": message}, "exit_code": EXIT_USAGE}, indent=2)
+
+
+def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
+              stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+    """Validate a profile against a capability and report. Returns the exit code."""
+    try:
+        cap = capmod.load_capability(capability) if capability else capmod.probe()
+    except capmod.CapabilityError as e:
+        print(f"ltx-tui: capability error: {e}", file=stderr)
+        if as_json:
+            print(_error_json("capability", str(e)), file=stdout)
+        return EXIT_USAGE
+    warnings: list[str] = []
+    if profile_path:
+        try:
+            profile, read_warnings = profmod.read(profile_path)
+        except profmod.ProfileError as e:
+            print(f"ltx-tui: profile error: {e}", file=stderr)
+            if as_json:
+                print(_error_json("profile", str(e)), file=stdout)
+            return EXIT_USAGE
+        warnings = [str(w) for w in read_warnings]
+    else:
+        profile = Profile()
+    decisions = resolve(profile, cap)
+    code = exit_code(decisions, strict=strict)
+    if as_json:
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": profmod.TOOL_VERSION,
+            "capability": cap.to_dict(),
+            "capability_fingerprint": cap.fingerprint(),
+            "profile": {"path": profile_path, "values": profmod.to_data(dataclasses.replace(profile, generated=None)),
+                        "warnings": warnings},
+            "decisions": [decision_dict(d) for d in decisions],
+            "summary": dataclasses.asdict(summarize(decisions)),
+            "strict": strict,
+            "exit_code": code,
+        }
+        json.dump(doc, stdout, indent=2)
+        stdout.write("\n")
+    else:
+        label = profile_path or "default (no --profile)"
+        stdout.write(render_text(cap, label, warnings, decisions, code, use_colour(stdout)))
+    return code
+
+
+def list_capabilities(stdout: TextIO = sys.stdout) -> int:
+    from backends.presets import PRESETS
+
+    for pid, spec in PRESETS.items():
+        gpu = f"{spec.gpu} (SM {spec.cc[0]}.{spec.cc[1]}, {spec.memory_gib} GiB)" if spec.gpu else "no GPU"
+        pkgs = ", ".join(spec.packages + tuple(f"ltx_kernels.{p}" for p in spec.ltx_kernels_parts))
+        lib = "" if spec.has_libnatten else " (natten without libnatten)"
+        print(f"{pid:<8} {gpu}\n{'':<9}packages: {pkgs}{lib}", file=stdout)
+    print("\nAppend xN for N GPUs (e.g. h100x8); --capability also takes a JSON file saved from "
+          "`ltx-tui --check --json`.", file=stdout)
+    return EXIT_OK

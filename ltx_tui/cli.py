@@ -1,0 +1,58 @@
+"""Command line of `ltx-tui`. `--check` and `--list-capabilities` never import textual."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """exit codes (--check):
+  0  runnable as asked (fallbacks and warnings are reported)
+  1  some option cannot run here; with --strict also any fallback or warning
+  2  usage error, or a profile / capability file that cannot be read
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from backends.profile import TOOL_VERSION
+
+    parser = argparse.ArgumentParser(
+        prog="ltx-tui",
+        description="Configure and validate LTX-2 performance backends for this GPU box.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--check", action="store_true", help="validate headless and exit (no TUI)")
+    parser.add_argument("--profile", metavar="FILE", help="TOML profile to validate or edit (default: the default profile)")
+    parser.add_argument("--capability", metavar="ID|FILE",
+                        help="validate for a preset machine (see --list-capabilities) or a saved capability JSON")
+    parser.add_argument("--json", action="store_true", help="with --check: print one JSON object")
+    parser.add_argument("--strict", action="store_true", help="with --check: fallbacks and warnings exit 1")
+    parser.add_argument("--list-capabilities", action="store_true", help="list the capability presets and exit")
+    parser.add_argument("--version", action="version", version=f"ltx-tui {TOOL_VERSION}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_capabilities:
+        from ltx_tui.check import list_capabilities
+
+        return list_capabilities()
+    if args.check:
+        from ltx_tui.check import run_check
+
+        return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
+                         strict=args.strict)
+    if args.json or args.strict:
+        parser.error("--json and --strict go with --check")
+    print("ltx-tui: the interactive app is not built yet; use `ltx-tui --check` (see --help)", file=sys.stderr)
+    return 2
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
