@@ -169,11 +169,18 @@ class Profile:
         return getattr(getattr(self, section), name)
 
     def replace(self, **values: Any) -> Profile:
-        """A copy with dotted keys changed: ``p.replace(**{"compile.enabled": True})``."""
+        """A copy with dotted keys changed: ``p.replace(**{"compile.mode": "max-autotune"})``.
+
+        Choice values may be given as strings; device lists as any sequence.
+        """
         sections: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
-            section, name = key.split(".")
-            sections.setdefault(section, {})[name] = value
+            spec = OPTIONS_BY_KEY[key]
+            if spec.choices is not None:
+                value = spec.choices(value)
+            elif spec.kind is Kind.DEVICES and value is not None:
+                value = tuple(value)
+            sections.setdefault(spec.section, {})[spec.name] = value
         return dataclasses.replace(
             self,
             **{s: dataclasses.replace(getattr(self, s), **v) for s, v in sections.items()},

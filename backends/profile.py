@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import json
 import math
 import os
 import re
@@ -77,6 +78,8 @@ def _line_of(text: str, table: str | None, key: str | None) -> int | None:
 
 def _suggest(word: str, choices: list[str]) -> str | None:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    close = close or [c for c in choices if c.startswith(word)][:1]
+    close = close or difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f"did you mean {close[0]!r}?" if close else None
 
 
@@ -87,7 +90,7 @@ def _type_name(value: Any) -> str:
 
 def _convert(spec: OptionSpec, value: Any, err: Any) -> Any:
     """Check one value against its spec; returns the typed value or calls err(problem, hint)."""
-    shown = tomli_w.dumps({"v": value}).strip()[4:] if not isinstance(value, dict) else "a table"
+    shown = "a table" if isinstance(value, dict) else json.dumps(value, ensure_ascii=False, default=str)
     if spec.kind is Kind.CHOICE:
         if spec.key == "compile.dynamic" and isinstance(value, bool):
             value = "true" if value else "false"

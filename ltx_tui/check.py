@@ -137,8 +137,9 @@ def _error_json(kind: str, message: str) -> str:
 
 
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
-              stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+              stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     try:
         cap = capmod.load_capability(capability) if capability else capmod.probe()
     except capmod.CapabilityError as e:
@@ -181,9 +182,10 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     return code
 
 
-def list_capabilities(stdout: TextIO = sys.stdout) -> int:
+def list_capabilities(stdout: TextIO | None = None) -> int:
     from backends.presets import PRESETS
 
+    stdout = stdout or sys.stdout
     for pid, spec in PRESETS.items():
         gpu = f"{spec.gpu} (SM {spec.cc[0]}.{spec.cc[1]}, {spec.memory_gib} GiB)" if spec.gpu else "no GPU"
         pkgs = ", ".join(spec.packages + tuple(f"ltx_kernels.{p}" for p in spec.ltx_kernels_parts))

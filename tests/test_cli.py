@@ -1,0 +1,134 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backends.capability import preset
+from fakes import without
+from ltx_tui.cli import main
+from test_profile import BROKEN, BROKEN_CASES, GOOD
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_check_on_this_cpu_machine_is_truthful(capsys):
+    code, out, _ = run(capsys, "--check", "--json")
+    doc = json.loads(out)
+    assert code == doc["exit_code"] == 1
+    assert doc["capability"]["gpus"] == []
+    assert doc["capability"]["nvml"]["available"] is False
+    errors = [d for d in doc["decisions"] if d["status"] == "error"]
+    assert [d["option"] for d in errors] == ["parallel.gpus"]
+    assert "0 CUDA GPU" in errors[0]["message"] and errors[0]["remedy"]
+    assert set(doc) >= {"schema_version", "capability", "profile", "decisions", "exit_code"}
+    for d in doc["decisions"]:
+        assert set(d) >= {"option", "requested", "effective", "status", "chain", "rules", "message", "remedy"}
+
+
+def test_check_text_lists_gpus_packages_and_options(capsys):
+    code, out, _ = run(capsys, "--check", "--capability", "h100")
+    assert code == 0
+    assert "[0] NVIDIA H100 80GB HBM3" in out
+    assert "natten" in out and "hopper-fna" in out
+    assert "diffvae.natten_kernel" in out and "auto -> hopper-fna" in out
+    assert "\x1b[" not in out  # no colour when not a TTY
+    assert "exit 0" in out
+
+
+@pytest.mark.parametrize("fixture, capability, code, option, status", [
+    ("combined_compile.toml", "h100-no-natten", 1, "diffvae.mode", "error"),
+    ("combined_compile.toml", "h100", 0, "diffvae.mode", "ok"),
+    ("chunked_compile.toml", "h100-no-natten", 0, "diffvae.mode", "fallback"),
+    ("chunked_compile.toml", "cpu", 1, "diffvae.mode", "ok"),  # natten flex runs on the cpu preset
+    ("fp8_scaled_mm.toml", "a100", 1, "transformer.quantization", "error"),
+    ("fp8_scaled_mm.toml", "h100", 0, "transformer.quantization", "ok"),
+    ("offload_cpu_fp8_scaled_mm.toml", "h100", 1, "offload.mode", "error"),
+    ("reduce_overhead.toml", "h100", 1, "compile.mode", "error"),
+    ("four_gpus.toml", "h100x2", 1, "parallel.gpus", "error"),
+    ("four_gpus.toml", "h100x4", 0, "parallel.gpus", "ok"),
+])
+def test_profiles_against_presets(capsys, tmp_path, fixture, capability, code, option, status):
+    if capability == "h100-no-natten":
+        capability = capability_file(tmp_path, without(preset("h100"), "natten"))
+    got, out, _ = run(capsys, "--check", "--json", "--profile", str(GOOD / fixture), "--capability", capability)
+    doc = json.loads(out)
+    assert got == code
+    assert {d["option"]: d["status"] for d in doc["decisions"]}[option] == status
+
+
+def capability_file(tmp_path, cap):
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(cap.to_dict()))
+    return str(path)
+
+
+def test_strict_fails_on_fallback(capsys, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[diffvae]\nna_backend = "triton"\n')
+    cap = capability_file(tmp_path, without(preset("h100"), "triton"))
+    code, out, _ = run(capsys, "--check", "--json", "--profile", str(path), "--capability", cap)
+    doc = json.loads(out)
+    assert code == 0 and doc["summary"]["fallback"] == 1
+    assert any("schema_version" in w for w in doc["profile"]["warnings"])
+    code, _, _ = run(capsys, "--check", "--strict", "--profile", str(path), "--capability", cap)
+    assert code == 1
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_CASES))
+def test_broken_profiles_exit_2_with_the_problem(capsys, name):
+    code, out, err = run(capsys, "--check", "--profile", str(BROKEN / name), "--capability", "h100")
+    assert code == 2
+    assert name in err and "profile error" in err
+    for fragment in BROKEN_CASES[name][1]:
+        assert fragment in err
+    code, out, _ = run(capsys, "--check", "--json", "--profile", str(BROKEN / name), "--capability", "h100")
+    assert json.loads(out)["exit_code"] == 2
+
+
+def test_missing_profile_exits_2(capsys):
+    code, _, err = run(capsys, "--check", "--profile", "/nonexistent/p.toml")
+    assert code == 2 and "file not found" in err
+
+
+def test_bad_capability_exits_2(capsys):
+    code, _, err = run(capsys, "--check", "--capability", "h300")
+    assert code == 2 and "unknown capability 'h300'" in err
+
+
+def test_capability_file_from_check_json(capsys, tmp_path):
+    _, out, _ = run(capsys, "--check", "--json", "--capability", "l40s")
+    path = tmp_path / "l40s.json"
+    path.write_text(out)
+    code, out2, _ = run(capsys, "--check", "--json", "--capability", str(path))
+    assert json.loads(out2)["capability"]["gpus"] == json.loads(out)["capability"]["gpus"]
+    assert code == 0
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--check", "--bogus"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["--json"])
+    assert info.value.code == 2
+
+
+def test_list_capabilities(capsys):
+    code, out, _ = run(capsys, "--list-capabilities")
+    assert code == 0
+    for pid in ("a100", "h100", "h200", "l40s", "rtx4090", "rtx5090", "b200", "cpu"):
+        assert pid in out
+
+
+def test_console_script_check_never_imports_textual():
+    probe = ("import sys, runpy; sys.argv=['ltx-tui','--check','--json','--capability','h100'];"
+             "from ltx_tui.cli import main; code = main();"
+             "assert 'textual' not in sys.modules, 'textual imported'; sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["exit_code"] == 0

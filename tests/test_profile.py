@@ -1,0 +1,164 @@
+import os
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends import profile as prof
+from backends.capability import preset
+from backends.options import OPTIONS, Kind, Profile
+from backends.profile import ProfileError, ProfileExistsError
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "profiles"
+BROKEN = FIXTURES / "broken"
+GOOD = FIXTURES / "good"
+
+# fixture -> (line or None, fragments the message must contain)
+BROKEN_CASES = {
+    "syntax_error.toml": (3, ["TOML syntax error"]),
+    "unknown_table.toml": (3, ["unknown table [difvae]", "did you mean 'diffvae'"]),
+    "unknown_key.toml": (4, ["transformer.quantisation", "did you mean 'quantization'"]),
+    "wrong_type.toml": (4, ["compile.enabled", "expected true or false", '"yes"']),
+    "out_of_range.toml": (5, ["offload.gpu_slots", "out of range", ">= 1"]),
+    "float_out_of_range.toml": (5, ["transformer.sla_topk", "1.5", "> 0 and <= 1"]),
+    "unknown_enum.toml": (4, ["transformer.quantization", '"fp8" is not allowed', "'fp8-cast'", "did you mean"]),
+    "bad_devices.toml": (5, ["parallel.devices", "negative CUDA ordinal"]),
+    "duplicate_devices.toml": (5, ["parallel.devices", "duplicate"]),
+    "devices_count_mismatch.toml": (5, ["parallel.devices", "3 device(s) but parallel.gpus = 2"]),
+    "newer_schema.toml": (1, ["schema_version 2 is newer", "upgrade"]),
+    "schema_version_type.toml": (1, ["schema_version", "expected an integer"]),
+    "float_for_int.toml": (4, ["memory.max_batch_size", "expected an integer", "2.5"]),
+    "section_not_table.toml": (2, ["compile", "expected a table"]),
+    "non_utf8.toml": (4, ["not UTF-8", "0xe9"]),
+    "a_directory.toml": (None, ["is a directory"]),
+}
+
+
+def test_every_broken_fixture_is_covered():
+    assert {p.name for p in BROKEN.iterdir()} == set(BROKEN_CASES)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_CASES))
+def test_broken_profiles_name_the_problem(name):
+    line, fragments = BROKEN_CASES[name]
+    with pytest.raises(ProfileError) as info:
+        prof.load(BROKEN / name)
+    err = info.value
+    text = str(err)
+    assert text.startswith(str(BROKEN / name))
+    assert err.line == line
+    for fragment in fragments:
+        assert fragment in text
+
+
+def test_missing_file():
+    with pytest.raises(ProfileError, match="file not found"):
+        prof.load(GOOD / "nope.toml")
+
+
+def test_unreadable_file(monkeypatch, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("")
+
+    def deny(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", deny)
+    with pytest.raises(ProfileError, match="permission denied"):
+        prof.load(path)
+
+
+def test_empty_file_is_all_defaults():
+    profile, warnings = prof.read(GOOD / "empty.toml")
+    assert profile == Profile()
+    assert any("schema_version" in str(w) for w in warnings)
+
+
+def test_missing_schema_version_reads_as_1_with_warning():
+    profile, warnings = prof.read(GOOD / "no_schema_version.toml")
+    assert profile.transformer.quantization.value == "fp8-cast"
+    assert len(warnings) == 1 and "schema_version = 1" in str(warnings[0])
+
+
+def test_every_key_fixture_reads_every_value():
+    profile, warnings = prof.read(GOOD / "every_key.toml")
+    assert warnings == []
+    assert profile.compile.mode.value == "max-autotune-no-cudagraphs"
+    assert profile.compile.dynamic.value == "false"  # a TOML boolean is accepted for dynamic
+    assert profile.parallel.devices == (0,)
+    assert profile.transformer.sla_topk == 0.25
+    assert profile.generated.capability_source == "preset:h100"
+
+
+def test_save_is_deterministic_and_loads_back(tmp_path):
+    import datetime
+    now = datetime.datetime(2026, 11, 30, 6, 0, tzinfo=datetime.timezone.utc)
+    p = prof.load(GOOD / "every_key.toml")
+    a = prof.save(p, tmp_path / "a.toml", capability=preset("h100"), now=now)
+    b = prof.save(p, tmp_path / "b.toml", capability=preset("h100"), now=now)
+    assert a.read_bytes() == b.read_bytes()
+    loaded = prof.load(a)
+    assert loaded == p
+    assert loaded.generated.capability_fingerprint == preset("h100").fingerprint()
+    assert loaded.generated.time == "2026-11-30T06:00:00+00:00"
+
+
+def test_save_never_overwrites_silently(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("keep me")
+    with pytest.raises(ProfileExistsError):
+        prof.save(Profile(), path)
+    assert path.read_text() == "keep me"
+    prof.save(Profile(), path, overwrite=True)
+    assert prof.load(path) == Profile()
+
+
+def test_save_leaves_no_half_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "p.toml"
+    path.write_text("old")
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError, match="disk full"):
+        prof.save(Profile(), path, overwrite=True)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.toml"]
+
+
+def test_save_into_a_directory_is_refused(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        prof.save(Profile(), tmp_path)
+
+
+def _value_strategy(spec):
+    if spec.kind is Kind.CHOICE:
+        return st.sampled_from(list(spec.choices))
+    if spec.kind is Kind.BOOL:
+        return st.booleans()
+    if spec.kind is Kind.INT:
+        return st.integers(min_value=int(spec.minimum), max_value=64)
+    if spec.kind is Kind.FLOAT:
+        return st.floats(min_value=1e-6, max_value=1.0, allow_nan=False)
+    return st.none()
+
+
+@st.composite
+def profiles(draw):
+    values = {o.key: draw(_value_strategy(o)) for o in OPTIONS if o.kind is not Kind.DEVICES}
+    if draw(st.booleans()):
+        values["parallel.devices"] = draw(st.lists(st.integers(0, 15), min_size=values["parallel.gpus"],
+                                                   max_size=values["parallel.gpus"], unique=True)
+                                          if values["parallel.gpus"] <= 16 else st.none())
+    return Profile().replace(**values)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profiles())
+def test_roundtrip_every_valid_profile(tmp_path, p):
+    path = tmp_path / "p.toml"
+    prof.save(p, path, overwrite=True)
+    assert prof.load(path) == p
+    assert prof.parse(prof.to_data(p))[0] == p
