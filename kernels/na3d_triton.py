@@ -1,0 +1,223 @@
+"""Fused 3D neighborhood attention forward in Triton.
+
+Each program owns a (TT, TH, TW) tile of queries of one (batch, head). The union of the
+tile's windows (its KV halo) is walked once, in blocks of RH rows x RW columns of keys at one
+time step; every block lies inside some query's window, nothing outside the halo is read.
+Scores are masked to each query's own window, softmax is online with fp32 accumulation.
+Tile shapes are autotuned per (kernel size, head_dim, dtype).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.na3d_args import BoolOr3, IntOr3, check_na3d
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+MAX_GRID_Y = 65535
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _window(p, length, K: tl.constexpr, CAUSAL: tl.constexpr):
+    """(start, end) of the window of position(s) p on an axis of `length`."""
+    if CAUSAL:
+        start = tl.maximum(p - K + 1, 0)
+        end = p + 1
+    else:
+        start = tl.minimum(tl.maximum(p - K // 2, 0), length - K)
+        end = start + K
+    return start, end
+
+
+@triton.jit
+def _na3d_fwd(
+    Q, K, V, O,
+    sq_b, sq_t, sq_h, sq_w, sq_n,
+    sk_b, sk_t, sk_h, sk_w, sk_n,
+    sv_b, sv_t, sv_h, sv_w, sv_n,
+    so_b, so_t, so_h, so_w, so_n,
+    T, H, W, HEADS, qk_scale, bh_offset,
+    D: tl.constexpr, BLOCK_D: tl.constexpr,
+    KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
+    TT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr,
+    RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
+):
+    BM: tl.constexpr = TT * TH * TW
+    BN: tl.constexpr = RHE * RW
+    pid = tl.program_id(0)
+    bh = tl.program_id(1) + bh_offset
+    b = (bh // HEADS).to(tl.int64)
+    n = (bh % HEADS).to(tl.int64)
+    n_tw = tl.cdiv(W, TW)
+    n_th = tl.cdiv(H, TH)
+    t0 = (pid // (n_tw * n_th)) * TT
+    h0 = ((pid // n_tw) % n_th) * TH
+    w0 = (pid % n_tw) * TW
+
+    # Queries of this tile, clamped so padding lanes still have valid windows.
+    m = tl.arange(0, BM)
+    qt = t0 + m // (TH * TW)
+    qh = h0 + (m // TW) % TH
+    qw = w0 + m % TW
+    q_ok = (qt < T) & (qh < H) & (qw < W)
+    qt = tl.minimum(qt, T - 1)
+    qh = tl.minimum(qh, H - 1)
+    qw = tl.minimum(qw, W - 1)
+    st_t, en_t = _window(qt, T, KT, CT)
+    st_h, en_h = _window(qh, H, KH, CH)
+    st_w, en_w = _window(qw, W, KW, CW)
+
+    # The tile's KV halo: windows start and end monotonically along each axis.
+    ht0, _ = _window(t0, T, KT, CT)
+    _, ht1 = _window(tl.minimum(t0 + TT, T) - 1, T, KT, CT)
+    hh0, _ = _window(h0, H, KH, CH)
+    _, hh1 = _window(tl.minimum(h0 + TH, H) - 1, H, KH, CH)
+    hw0, _ = _window(w0, W, KW, CW)
+    _, hw1 = _window(tl.minimum(w0 + TW, W) - 1, W, KW, CW)
+
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    q_off = qt.to(tl.int64) * sq_t + qh.to(tl.int64) * sq_h + qw.to(tl.int64) * sq_w
+    q = tl.load(Q + b * sq_b + n * sq_n + q_off[:, None] + d[None, :], mask=q_ok[:, None] & d_ok[None, :], other=0.0)
+
+    nn = tl.arange(0, BN)
+    kw = hw0 + nn % RW
+    kw_ok = kw < hw1
+    row = nn // RW
+    w_in = (st_w[:, None] <= kw[None, :]) & (kw[None, :] < en_w[:, None])
+    kw_off = kw.to(tl.int64)
+    k_base = K + b * sk_b + n * sk_n
+    v_base = V + b * sv_b + n * sv_n
+
+    m_i = tl.full([BM], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, BLOCK_D], dtype=tl.float32)
+    n_hb = tl.cdiv(hh1 - hh0, RHE)
+    for i in range(0, (ht1 - ht0) * n_hb):
+        kt = ht0 + i // n_hb
+        kh = hh0 + (i % n_hb) * RHE + row
+        ok = (kh < hh1) & kw_ok
+        kt64 = kt.to(tl.int64)
+        kh64 = kh.to(tl.int64)
+        k = tl.load(k_base + (kt64 * sk_t + kh64 * sk_h + kw_off * sk_w)[:, None] + d[None, :],
+                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        inside = ((st_t <= kt) & (kt < en_t))[:, None] & w_in
+        inside &= (st_h[:, None] <= kh[None, :]) & (kh[None, :] < en_h[:, None])
+        s = tl.where(inside, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + (kt64 * sv_t + kh64 * sv_h + kw_off * sv_w)[:, None] + d[None, :],
+                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    o_off = qt.to(tl.int64) * so_t + qh.to(tl.int64) * so_h + qw.to(tl.int64) * so_w
+    tl.store(O + b * so_b + n * so_n + o_off[:, None] + d[None, :], out.to(O.dtype.element_ty),
+             mask=q_ok[:, None] & d_ok[None, :])
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Query tile (TT, TH, TW), key rows per block RH, and launch settings."""
+
+    TT: int
+    TH: int
+    TW: int
+    RH: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def kwargs(self) -> dict:
+        return {"TT": self.TT, "TH": self.TH, "TW": self.TW, "RH": self.RH}
+
+
+CONFIGS = (
+    TileConfig(1, 8, 8, 2, 4, 2),
+    TileConfig(1, 8, 8, 4, 4, 2),
+    TileConfig(1, 8, 8, 1, 4, 3),
+    TileConfig(1, 4, 16, 1, 4, 2),
+    TileConfig(2, 4, 8, 2, 4, 2),
+    TileConfig(1, 16, 8, 2, 8, 2),
+    TileConfig(1, 16, 8, 4, 8, 2),
+    TileConfig(1, 8, 16, 1, 8, 2),
+)
+# Small fixed tile for the CPU interpreter (TRITON_INTERPRET=1), where autotuning is pointless.
+INTERPRET_CONFIG = TileConfig(1, 2, 8, 1, 4, 1)
+
+
+def _rw(args) -> int:
+    """Key columns per block: the tile's halo width, rounded up to a power of two."""
+    return triton.next_power_of_2(args["TW"] + args["KW"] - 1)
+
+
+def _rhe(args) -> int:
+    """Key rows per block, raised so a block holds at least 16 keys (tl.dot's minimum)."""
+    return max(args["RH"], 16 // _rw(args), 1)
+
+
+_heuristic_kernel = triton.heuristics({"RW": _rw, "RHE": _rhe})(_na3d_fwd)
+_tuned_kernel = triton.autotune(
+    configs=[triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in CONFIGS],
+    key=["KT", "KH", "KW", "CT", "CH", "CW", "D"],
+)(_heuristic_kernel)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def na3d_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3, *,
+                scale: float | None = None, is_causal: BoolOr3 = False,
+                config: TileConfig | None = None) -> torch.Tensor:
+    """3D neighborhood attention forward on a CUDA device (or the Triton interpreter)."""
+    kernel, causal = check_na3d(q, k, v, kernel_size, is_causal, dtypes=SUPPORTED_DTYPES)
+    if q.device.type != "cuda" and not _interpreting():
+        raise RuntimeError(f"the Triton NA kernel needs a CUDA tensor, got {q.device} "
+                           "(use backend 'eager_sdpa' on the CPU, or TRITON_INTERPRET=1 for tests)")
+    d = q.shape[-1]
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} is larger than {MAX_HEAD_DIM}, the largest the Triton NA kernel supports")
+    # The kernel reads head_dim contiguously; other dims may have any strides.
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, t, h, w, heads, _ = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    scale = d ** -0.5 if scale is None else float(scale)
+    meta = dict(D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), KT=kernel[0], KH=kernel[1], KW=kernel[2],
+                CT=causal[0], CH=causal[1], CW=causal[2],
+                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    if config is None and _interpreting():
+        config = INTERPRET_CONFIG
+    if config is not None:
+        fn = _heuristic_kernel
+        meta.update(config.kwargs(), num_warps=config.num_warps, num_stages=config.num_stages)
+    else:
+        fn = _tuned_kernel
+
+    def grid(cfg):
+        return (triton.cdiv(t, cfg["TT"]) * triton.cdiv(h, cfg["TH"]) * triton.cdiv(w, cfg["TW"]), bh_count)
+
+    for bh_start in range(0, b * heads, MAX_GRID_Y):
+        bh_count = min(MAX_GRID_Y, b * heads - bh_start)
+        fn[grid](q, k, v, out, *q.stride()[:5], *k.stride()[:5], *v.stride()[:5], *out.stride()[:5],
+                 t, h, w, heads, scale * LOG2E, bh_start, **meta)
+    return out
+
+
+def useful_flops(shape: tuple[int, ...], kernel: tuple[int, int, int]) -> int:
+    """4 * tokens * heads * window * head_dim: QK and PV over each query's own window."""
+    b, t, h, w, heads, d = shape
+    return 4 * b * t * h * w * heads * math.prod(kernel) * d

@@ -1,0 +1,150 @@
+"""3D neighborhood attention on the CPU: reference vs an independent loop, eager and the
+Triton kernel (interpreter) vs the reference, natten flex-fna vs the reference."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from kernels.na3d_eager import na3d_eager, plan_tiles
+from kernels.na3d_reference import na3d_reference
+from kernels.na3d_triton import na3d_triton
+
+
+def loop_na3d(q, k, v, kernel, causal=(False, False, False), scale=None):
+    """Per-query loops over explicit neighbour lists, in float64."""
+    b, T, H, W, heads, d = q.shape
+    scale = d ** -0.5 if scale is None else scale
+    out = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64)
+
+    def nbrs(p, L, k, c):
+        if c:
+            return range(max(p - k + 1, 0), p + 1)
+        s = min(max(p - k // 2, 0), L - k)
+        return range(s, s + k)
+
+    for bi, t, h, w, n in itertools.product(range(b), range(T), range(H), range(W), range(heads)):
+        keys = list(itertools.product(nbrs(t, T, kernel[0], causal[0]), nbrs(h, H, kernel[1], causal[1]),
+                                      nbrs(w, W, kernel[2], causal[2])))
+        qv = q[bi, t, h, w, n].double()
+        logits = torch.stack([(qv * k[bi, a, c, e, n].double()).sum() * scale for a, c, e in keys])
+        p = torch.softmax(logits, 0)
+        out[bi, t, h, w, n] = sum(pi * v[bi, a, c, e, n].double() for pi, (a, c, e) in zip(p, keys))
+    return out
+
+
+def rand(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g).to(dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("shape, kernel, causal", [
+    ((1, 3, 4, 5, 1, 4), (3, 3, 3), (False, False, False)),
+    ((2, 4, 3, 6, 2, 8), (2, 3, 4), (False, False, False)),   # even kernels
+    ((1, 3, 5, 4, 2, 4), (3, 5, 4), (False, False, False)),   # kernel == axis length
+    ((1, 4, 4, 4, 1, 4), (2, 3, 3), (True, False, True)),     # per-axis causal
+])
+def test_reference_matches_independent_loop(shape, kernel, causal):
+    q, k, v = rand(shape, torch.float64)
+    got = na3d_reference(q, k, v, kernel, is_causal=causal)
+    want = loop_na3d(q, k, v, kernel, causal)
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_reference_window_shifts_inward_at_borders():
+    # With kernel 3 on an axis of 5, the query at 0 sees keys 0..2, exactly like the one at 1.
+    q, k, v = rand((1, 1, 1, 5, 1, 2), torch.float64)
+    q[0, 0, 0, 0] = q[0, 0, 0, 1]
+    out = na3d_reference(q, k, v, (1, 1, 3))
+    torch.testing.assert_close(out[0, 0, 0, 0], out[0, 0, 0, 1])
+
+
+CASES = [
+    ((1, 5, 7, 9, 2, 16), (3, 3, 3), False),
+    ((2, 4, 6, 10, 3, 8), (2, 4, 3), False),
+    ((1, 3, 5, 8, 1, 32), (3, 5, 8), False),
+    ((1, 6, 6, 6, 2, 16), (3, 3, 3), (True, False, False)),
+    ((1, 4, 5, 6, 1, 16), (2, 3, 3), True),
+    ((3, 2, 3, 4, 4, 8), (1, 2, 3), (False, True, False)),
+    ((1, 1, 1, 12, 1, 16), (1, 1, 5), False),
+]
+
+
+@pytest.mark.parametrize("shape, kernel, causal", CASES)
+@pytest.mark.parametrize("budget", [2**30, 3000])
+def test_eager_matches_reference(shape, kernel, causal, budget):
+    q, k, v = rand(shape)
+    want = na3d_reference(q, k, v, kernel, is_causal=causal)
+    got = na3d_eager(q, k, v, kernel, is_causal=causal, score_budget=budget)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
+def test_eager_low_precision(dtype, tol):
+    q, k, v = rand((1, 4, 6, 8, 2, 16), dtype)
+    want = na3d_reference(q.float(), k.float(), v.float(), (3, 3, 3))
+    got = na3d_eager(q, k, v, (3, 3, 3), score_budget=4096)
+    assert got.dtype == dtype
+    assert (got.float() - want).abs().max() < tol
+
+
+def test_eager_tiles_fit_the_budget():
+    tile = plan_tiles((48, 128, 128), (3, 7, 7), 4, 256 * 2**20)
+    nq = math.prod(tile)
+    nk = math.prod(min(n + k - 1, L) for n, k, L in zip(tile, (3, 7, 7), (48, 128, 128)))
+    assert 4 * nq * nk * 4 <= 256 * 2**20
+
+
+def test_eager_custom_scale_and_noncontiguous():
+    q, k, v = rand((1, 4, 5, 6, 3, 8))
+    qt = q.transpose(1, 3).contiguous().transpose(1, 3)  # same values, other strides
+    want = na3d_reference(q, k, v, (3, 3, 3), scale=0.3)
+    torch.testing.assert_close(na3d_eager(qt, k, v, (3, 3, 3), scale=0.3), want, atol=1e-5, rtol=1e-5)
+
+
+TRITON_CASES = [
+    ((1, 3, 5, 9, 2, 32), (3, 3, 5), False, torch.float32),
+    ((2, 3, 4, 10, 3, 16), (2, 4, 3), (True, False, True), torch.float16),
+    ((1, 2, 3, 17, 1, 64), (2, 3, 17), False, torch.float32),   # kernel == axis length
+    ((1, 1, 2, 3, 2, 16), (1, 2, 3), False, torch.float32),     # tiny axes
+    ((1, 2, 3, 5, 1, 24), (1, 3, 3), False, torch.float32),     # head_dim not a power of 2
+]
+
+
+@pytest.mark.parametrize("shape, kernel, causal, dtype", TRITON_CASES)
+def test_triton_interpreter_matches_reference(shape, kernel, causal, dtype):
+    q, k, v = rand(shape, dtype)
+    want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
+    got = na3d_triton(q, k, v, kernel, is_causal=causal)
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    assert (got.float() - want).abs().max() < tol
+
+
+def test_triton_noncontiguous_inputs():
+    q, k, v = rand((1, 2, 4, 9, 2, 16))
+    kt = k.permute(0, 1, 2, 3, 4, 5).transpose(2, 3).contiguous().transpose(2, 3)
+    want = na3d_reference(q, k, v, (1, 3, 3))
+    torch.testing.assert_close(na3d_triton(q, kt, v, (1, 3, 3)), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [na3d_reference, na3d_eager, na3d_triton])
+def test_bad_arguments_are_refused_with_the_reason(fn):
+    q, k, v = rand((1, 3, 4, 5, 1, 8))
+    with pytest.raises(ValueError, match="larger than the axis"):
+        fn(q, k, v, (3, 5, 3))
+    with pytest.raises(ValueError, match="6 dims"):
+        fn(q[0], k[0], v[0], 3)
+    with pytest.raises(ValueError, match="shapes must match"):
+        fn(q, k[:, :2], v, 1)
+    with pytest.raises(TypeError, match="kernel_size"):
+        fn(q, k, v, (3, 3))
+
+
+def test_natten_flex_matches_reference():
+    natten = pytest.importorskip("natten")
+    q, k, v = rand((1, 4, 6, 8, 2, 16))
+    for kernel, causal in (((3, 3, 3), False), ((2, 3, 4), False), ((3, 3, 3), (True, False, False))):
+        want = na3d_reference(q, k, v, kernel, is_causal=causal)
+        got = natten.na3d(q, k, v, kernel, is_causal=causal, backend="flex-fna")
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

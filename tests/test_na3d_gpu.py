@@ -1,0 +1,68 @@
+"""The Triton NA kernel on a CUDA device: DiffVAE shapes and the edge cases (run with -m gpu)."""
+
+import pytest
+import torch
+
+from kernels.na3d_eager import na3d_eager
+from kernels.na3d_reference import na3d_reference
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def rand(shape, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(shape, generator=g, device="cuda").to(dtype) for _ in range(3)]
+
+
+@pytest.fixture(scope="module")
+def na3d_triton():
+    from kernels.na3d_triton import na3d_triton
+    return na3d_triton
+
+
+@pytest.mark.parametrize("thw, heads, kernel", [
+    ((18, 34, 60), 32, (3, 7, 7)),
+    ((18, 68, 120), 16, (3, 7, 7)),
+    ((35, 68, 120), 8, (3, 5, 5)),
+    ((48, 128, 128), 4, (3, 7, 7)),
+])
+def test_diffvae_shapes_bf16(na3d_triton, thw, heads, kernel):
+    q, k, v = rand((1, *thw, heads, 64), torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    out.copy_(na3d_triton(q, k, v, kernel))
+    ref = na3d_eager(q.float(), k.float(), v.float(), kernel)
+    assert not out.isnan().any()
+    assert (out.float() - ref).abs().max().item() <= 4e-3
+
+
+@pytest.mark.parametrize("shape, kernel, causal", [
+    ((2, 6, 11, 13, 3, 32), (3, 5, 7), False),          # B>1, head_dim 32
+    ((1, 5, 9, 20, 2, 128), (3, 3, 5), False),          # head_dim 128
+    ((1, 4, 10, 12, 2, 64), (2, 4, 6), False),          # even kernels
+    ((1, 3, 7, 9, 1, 64), (3, 7, 9), False),            # kernel == axis length
+    ((1, 1, 2, 3, 5, 64), (1, 2, 2), False),            # tiny axes
+    ((1, 6, 9, 17, 2, 64), (3, 5, 7), (True, False, False)),  # causal in time
+    ((1, 5, 6, 7, 2, 64), (2, 3, 3), True),
+    ((1, 4, 5, 6, 3, 40), (3, 3, 3), False),            # head_dim 40, padded in the kernel
+])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
+def test_edge_cases_against_reference(na3d_triton, shape, kernel, causal, dtype, tol):
+    q, k, v = rand(shape, dtype)
+    want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
+    got = na3d_triton(q, k, v, kernel, is_causal=causal)
+    assert (got.float() - want).abs().max().item() < tol
+
+
+def test_noncontiguous(na3d_triton):
+    base = torch.randn(1, 4, 12, 10, 2, 64, device="cuda", dtype=torch.float16)
+    q = base.transpose(2, 3)  # (1, 4, 10, 12, 2, 64), non-contiguous
+    k, v = q.clone(), q.flip(1)
+    want = na3d_reference(q.float(), k.float(), v.float(), (3, 3, 5))
+    assert (na3d_triton(q, k, v, (3, 3, 5)).float() - want).abs().max().item() < 2e-3
+
+
+def test_more_batch_heads_than_one_grid_axis(na3d_triton):
+    q, k, v = rand((1, 1, 2, 4, 70000, 16), torch.float16)
+    want = na3d_eager(q.float(), k.float(), v.float(), (1, 2, 3))
+    assert (na3d_triton(q, k, v, (1, 2, 3)).float() - want).abs().max().item() < 2e-3
