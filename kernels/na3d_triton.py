@@ -49,7 +49,7 @@ def _na3d_fwd(
     KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
     CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
     TT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr,
-    RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
+    RH: tl.constexpr, RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
 ):
     BM: tl.constexpr = TT * TH * TW
     BN: tl.constexpr = RHE * RW
@@ -148,12 +148,12 @@ class TileConfig:
 CONFIGS = (
     TileConfig(1, 8, 8, 2, 4, 2),
     TileConfig(1, 8, 8, 4, 4, 2),
-    TileConfig(1, 8, 8, 1, 4, 3),
-    TileConfig(1, 4, 16, 1, 4, 2),
+    TileConfig(1, 8, 8, 2, 4, 3),
     TileConfig(2, 4, 8, 2, 4, 2),
-    TileConfig(1, 16, 8, 2, 8, 2),
-    TileConfig(1, 16, 8, 4, 8, 2),
-    TileConfig(1, 8, 16, 1, 8, 2),
+    TileConfig(2, 4, 8, 4, 4, 2),
+    TileConfig(2, 4, 8, 2, 4, 3),
+    TileConfig(4, 2, 8, 2, 4, 2),
+    TileConfig(2, 8, 8, 2, 8, 2),
 )
 # Small fixed tile for the CPU interpreter (TRITON_INTERPRET=1), where autotuning is pointless.
 INTERPRET_CONFIG = TileConfig(1, 2, 8, 1, 4, 1)

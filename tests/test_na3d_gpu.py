@@ -33,7 +33,10 @@ def test_diffvae_shapes_bf16(na3d_triton, thw, heads, kernel):
     out.copy_(na3d_triton(q, k, v, kernel))
     ref = na3d_eager(q.float(), k.float(), v.float(), kernel)
     assert not out.isnan().any()
-    assert (out.float() - ref).abs().max().item() <= 4e-3
+    # bf16 cannot hold ref closer than half an ulp (7.8e-3 for |ref| in [2, 4)): the bound
+    # is 4e-3 beyond that rounding, elementwise.
+    rounding = (ref.to(torch.bfloat16).float() - ref).abs()
+    assert ((out.float() - ref).abs() - rounding).max().item() <= 4e-3
 
 
 @pytest.mark.parametrize("shape, kernel, causal", [
@@ -48,10 +51,27 @@ def test_diffvae_shapes_bf16(na3d_triton, thw, heads, kernel):
 ])
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
 def test_edge_cases_against_reference(na3d_triton, shape, kernel, causal, dtype, tol):
+    from kernels.na3d_triton import CONFIGS
+
     q, k, v = rand(shape, dtype)
     want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
-    got = na3d_triton(q, k, v, kernel, is_causal=causal)
+    got = na3d_triton(q, k, v, kernel, is_causal=causal, config=CONFIGS[0])
     assert (got.float() - want).abs().max().item() < tol
+
+
+@pytest.mark.parametrize("config_index", range(8))
+@pytest.mark.parametrize("shape, kernel, causal, dtype", [
+    ((2, 5, 19, 21, 2, 64), (3, 7, 7), (False, True, False), torch.float16),
+    ((1, 4, 9, 11, 1, 32), (2, 4, 5), False, torch.float32),
+])
+def test_every_tile_config_is_correct(na3d_triton, config_index, shape, kernel, causal, dtype):
+    """Autotuning may pick any config: each must compute the same function."""
+    from kernels.na3d_triton import CONFIGS
+
+    q, k, v = rand(shape, dtype, seed=config_index)
+    want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
+    got = na3d_triton(q, k, v, kernel, is_causal=causal, config=CONFIGS[config_index])
+    assert (got.float() - want).abs().max().item() < (1e-4 if dtype == torch.float32 else 2e-3)
 
 
 def test_noncontiguous(na3d_triton):
@@ -63,6 +83,8 @@ def test_noncontiguous(na3d_triton):
 
 
 def test_more_batch_heads_than_one_grid_axis(na3d_triton):
+    from kernels.na3d_triton import CONFIGS
+
     q, k, v = rand((1, 1, 2, 4, 70000, 16), torch.float16)
-    want = na3d_eager(q.float(), k.float(), v.float(), (1, 2, 3))
-    assert (na3d_triton(q, k, v, (1, 2, 3)).float() - want).abs().max().item() < 2e-3
+    want = na3d_reference(q.float(), k.float(), v.float(), (1, 2, 3))
+    assert (na3d_triton(q, k, v, (1, 2, 3), config=CONFIGS[0]).float() - want).abs().max().item() < 2e-3
