@@ -88,3 +88,15 @@ def test_more_batch_heads_than_one_grid_axis(na3d_triton):
     q, k, v = rand((1, 1, 2, 4, 70000, 16), torch.float16)
     want = na3d_reference(q.float(), k.float(), v.float(), (1, 2, 3))
     assert (na3d_triton(q, k, v, (1, 2, 3), config=CONFIGS[0]).float() - want).abs().max().item() < 2e-3
+
+
+def test_registry_auto_picks_triton_on_cuda():
+    from backends.attention import available_backends, choose_backend, na3d
+
+    q, k, v = rand((1, 4, 9, 10, 2, 64), torch.bfloat16)
+    avail = available_backends(q)
+    assert avail["triton"].available and avail["eager_sdpa"].available
+    assert choose_backend(q) == "triton"
+    want = na3d_reference(q.float(), k.float(), v.float(), (3, 5, 5))
+    for backend in ("auto", "triton", "eager_sdpa"):
+        assert (na3d(q, k, v, (3, 5, 5), backend=backend).float() - want).abs().max().item() < 1.6e-2
