@@ -8,7 +8,6 @@ is decided by the rules in `backends.rules`; `available_backends(q)` says why no
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Callable
 
@@ -34,14 +33,8 @@ def _live_capability() -> Capability:
 
 
 def _facts(q: torch.Tensor, capability: Capability | None) -> Facts:
-    cap = capability or _live_capability()
-    profile = Profile()
-    if q.device.type == "cuda":
-        profile = profile.replace(**{"parallel.devices": (q.device.index or 0,)})
-    else:
-        cap = dataclasses.replace(cap, gpus=(), torch=dataclasses.replace(
-            cap.torch, cuda_available=False, cuda_reason=f"the tensors are on {q.device.type}"))
-    return Facts(cap, profile, dtype=_DTYPE_NAMES.get(q.dtype, str(q.dtype)), head_dim=q.shape[-1])
+    cap = (capability or _live_capability()).for_device(q.device)
+    return Facts(cap, Profile(), dtype=_DTYPE_NAMES.get(q.dtype, str(q.dtype)), head_dim=q.shape[-1])
 
 
 def available_backends(q: torch.Tensor, capability: Capability | None = None) -> dict[str, Availability]:

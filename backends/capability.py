@@ -108,6 +108,15 @@ class Capability:
     def package(self, name: str) -> Package:
         return self.packages.get(name) or Package(name, name, False, reason="not probed")
 
+    def for_device(self, device: Any) -> Capability:
+        """This capability as seen by tensors on `device`: only that GPU, or none for the CPU."""
+        dev = str(device)
+        if not dev.startswith("cuda"):
+            return dataclasses.replace(self, gpus=(), torch=dataclasses.replace(
+                self.torch, cuda_available=False, cuda_reason=f"the model/tensors are on {dev}"))
+        index = int(dev.split(":")[1]) if ":" in dev else 0
+        return dataclasses.replace(self, gpus=tuple(g for g in self.gpus if g.index == index))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -162,7 +171,7 @@ def _find(module: str) -> bool:
         return False
 
 
-def _import(module: str) -> tuple[Any, str | None]:
+def import_optional(module: str) -> tuple[Any, str | None]:
     """Import a module; (module, None) or (None, why not)."""
     if not _find(module):
         return None, "not installed"
@@ -183,7 +192,7 @@ def probe_package(name: str, module: str, dist: str, *, cuda: bool) -> Package:
             return Package(name, module, False, reason="not installed")
         version = _dist_version(dist)
         return Package(name, module, True, version, details={"imported": False})
-    mod, why = _import(module)
+    mod, why = import_optional(module)
     if mod is None:
         return Package(name, module, False, reason=why)
     details: dict[str, Any] = {}
@@ -199,7 +208,7 @@ def probe_package(name: str, module: str, dist: str, *, cuda: bool) -> Package:
 # torch
 
 def _probe_torch(nvml_gpu_count: int | None) -> tuple[TorchInfo, list[dict[str, Any]]]:
-    mod, why = _import("torch")
+    mod, why = import_optional("torch")
     if mod is None:
         return TorchInfo(False, reason=why), []
     torch = mod

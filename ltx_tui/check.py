@@ -1,7 +1,8 @@
 """`ltx-tui --check`: headless validation with text or JSON output. Never imports textual.
 
 Exit codes: 0 runnable as asked (fallbacks and warnings reported), 1 some option cannot
-run here (or any fallback/warning under --strict), 2 usage, profile or capability file error.
+run here (or any fallback/warning under --strict, or a failed smoke check), 2 usage,
+profile or capability file error.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _value(v: Any) -> str:
 
 
 def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str], decisions: list[Decision],
-                code: int, colour: bool) -> str:
+                colour: bool) -> str:
     paint = _colour(colour)
     out = [f"ltx-tui --check   capability: {cap.source}   profile: {profile_label}", "", "GPUs"]
     if cap.gpus:
@@ -119,10 +120,16 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
             out.append(f"{'':>12}{_value(step.value)}: {step.reason}")
         if d.remedy and d.status is not Status.OK:
             out.append(f"{'':>12}fix: {d.remedy}")
-    s = summarize(decisions)
-    verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
-    out += ["", f"Summary: {s} -> exit {code} ({verdict})"]
     return "\n".join(out) + "\n"
+
+
+def summary_line(decisions: list[Decision], results: list, code: int) -> str:
+    s = str(summarize(decisions))
+    if results:
+        failed = sum(r.status != "pass" for r in results)
+        s += f"; smoke {len(results) - failed} passed, {failed} failed"
+    verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
+    return f"\nSummary: {s} -> exit {code} ({verdict})\n"
 
 
 def decision_dict(d: Decision) -> dict[str, Any]:
@@ -136,7 +143,13 @@ def _error_json(kind: str, message: str) -> str:
                        "error": {"kind": kind, "message": message}, "exit_code": EXIT_USAGE}, indent=2)
 
 
+def smoke_line(row) -> str:
+    err = "-" if row.max_error is None else f"{row.max_error:.2e}"
+    return f"  {row.status:<9} {row.name:<34} {row.seconds:7.2f} s  max err {err:<9} {row.message}"
+
+
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
+              smoke: bool = False, ltx: bool = False, timeout: float = 120.0,
               stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
@@ -161,6 +174,28 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
         profile = Profile()
     decisions = resolve(profile, cap)
     code = exit_code(decisions, strict=strict)
+    if ltx and not as_json:
+        from backends.ltx_args import ltx_args
+
+        stdout.write(ltx_args(profile, profile_path or "the default profile"))
+        return code
+    if not as_json:
+        label = profile_path or "default (no --profile)"
+        stdout.write(render_text(cap, label, warnings, decisions, use_colour(stdout)))
+    results = []
+    if smoke:
+        from backends import smoke as smokemod
+
+        live = capmod.probe() if capability else cap
+        specs = smokemod.plan(profile, decisions, live)
+        if not as_json:
+            note = " (on this machine, not the --capability one)" if capability else ""
+            print(f"\nSmoke checks{note}: {len(specs)}, each in a subprocess, timeout {timeout:g} s",
+                  file=stdout, flush=True)
+        results = smokemod.run_all(specs, timeout, on_result=None if as_json else
+                                   lambda i, r: print(smoke_line(r), file=stdout, flush=True))
+        if any(r.status != "pass" for r in results):
+            code = EXIT_ERRORS
     if as_json:
         doc = {
             "schema_version": SCHEMA_VERSION,
@@ -174,11 +209,16 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "strict": strict,
             "exit_code": code,
         }
+        if smoke:
+            doc["smoke"] = [r.to_dict() for r in results]
+        if ltx:
+            from backends.ltx_args import ltx_args
+
+            doc["ltx_args"] = ltx_args(profile, profile_path or "the default profile")
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
     else:
-        label = profile_path or "default (no --profile)"
-        stdout.write(render_text(cap, label, warnings, decisions, code, use_colour(stdout)))
+        stdout.write(summary_line(decisions, results, code))
     return code
 
 

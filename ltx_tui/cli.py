@@ -7,7 +7,8 @@ import sys
 
 EPILOG = """exit codes (--check):
   0  runnable as asked (fallbacks and warnings are reported)
-  1  some option cannot run here; with --strict also any fallback or warning
+  1  some option cannot run here; with --strict also any fallback or warning;
+     with --smoke also any smoke check that did not pass
   2  usage error, or a profile / capability file that cannot be read
 """
 
@@ -27,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validate for a preset machine (see --list-capabilities) or a saved capability JSON")
     parser.add_argument("--json", action="store_true", help="with --check: print one JSON object")
     parser.add_argument("--strict", action="store_true", help="with --check: fallbacks and warnings exit 1")
+    parser.add_argument("--smoke", action="store_true",
+                        help="with --check: also run the smoke checks (each in a subprocess); a failure exits 1")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="with --smoke: seconds each check may take (default 120)")
+    parser.add_argument("--ltx-args", action="store_true",
+                        help="with --check: print the ltx-pipelines command line and environment for the profile")
     parser.add_argument("--list-capabilities", action="store_true", help="list the capability presets and exit")
     parser.add_argument("--version", action="version", version=f"ltx-tui {TOOL_VERSION}")
     return parser
@@ -43,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         from ltx_tui.check import run_check
 
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
-                         strict=args.strict)
-    if args.json or args.strict:
-        parser.error("--json and --strict go with --check")
+                         strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout)
+    if args.json or args.strict or args.smoke or args.ltx_args:
+        parser.error("--json, --strict, --smoke and --ltx-args go with --check")
     print("ltx-tui: the interactive app is not built yet; use `ltx-tui --check` (see --help)", file=sys.stderr)
     return 2
 

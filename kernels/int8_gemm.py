@@ -1,0 +1,141 @@
+"""Int8 x int8 GEMM with a fused scale epilogue, and row-wise activation quantization.
+
+`int8_linear(xq, x_scale, wq, w_scale, bias)` computes
+    y[m, n] = (sum_k xq[m, k] * wq[n, k]) * x_scale[m] * w_scale[n] + bias[n]
+with int32 accumulation and a bf16/fp16 output. The weight is stored (N, K), K-major
+(the x @ W.T layout): the only layout where Hopper's int8 tensor cores run at full rate
+(ANCHORS.md). `quantize_rows(x, dtype)` makes the per-row symmetric quantization in one pass.
+Both have plain-torch versions for the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+INT8_MAX = 127.0
+FP8_MAX = 448.0  # float8_e4m3fn
+
+
+@triton.jit
+def _quantize_rows(X, Q, S, K, stride_x, stride_q, QMAX: tl.constexpr, BLOCK_K: tl.constexpr,
+                   IS_INT: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    mask = offs < K
+    x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(x), 0), 1e-12)
+    scale = amax / QMAX
+    y = x / scale
+    if IS_INT:
+        y = tl.where(y >= 0, tl.floor(y + 0.5), tl.ceil(y - 0.5))  # round half away from zero
+    tl.store(Q + row * stride_q + offs, y.to(Q.dtype.element_ty), mask=mask)
+    tl.store(S + row, scale)
+
+
+def quantize_rows_torch(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantization in plain torch: (q, scale) with x ~= q * scale[:, None]."""
+    qmax = INT8_MAX if dtype == torch.int8 else FP8_MAX
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1).clamp(min=1e-12) / qmax
+    y = xf / scale[:, None]
+    if dtype == torch.int8:
+        y = y.round().clamp(-qmax, qmax)
+    return y.to(dtype), scale
+
+
+def quantize_rows(x: torch.Tensor, dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantization of a 2-D tensor to int8 or float8_e4m3fn, one pass on CUDA."""
+    if x.dim() != 2:
+        raise ValueError(f"quantize_rows takes a 2-D tensor, got shape {tuple(x.shape)}")
+    if dtype not in (torch.int8, torch.float8_e4m3fn):
+        raise ValueError(f"dtype must be torch.int8 or torch.float8_e4m3fn, got {dtype}")
+    if x.device.type != "cuda":
+        return quantize_rows_torch(x, dtype)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    m, k = x.shape
+    q = torch.empty((m, k), dtype=dtype, device=x.device)
+    s = torch.empty((m,), dtype=torch.float32, device=x.device)
+    block = triton.next_power_of_2(k)
+    _quantize_rows[(m,)](x, q, s, k, x.stride(0), q.stride(0), QMAX=INT8_MAX if dtype == torch.int8 else FP8_MAX,
+                         BLOCK_K=block, IS_INT=dtype == torch.int8, num_warps=8 if block >= 4096 else 4)
+    return q, s
+
+
+def _configs():
+    out = []
+    for bm, bn, bk, warps, stages in ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
+                                      (128, 128, 128, 4, 4), (128, 256, 64, 8, 4), (64, 128, 128, 4, 4)):
+        out.append(triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_warps=warps, num_stages=stages))
+    return out
+
+
+@triton.autotune(configs=_configs(), key=["M", "N", "K"])
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BK"] == 0})
+@triton.jit
+def _int8_mm(A, B, C, SA, SB, BIAS, M, N, K, stride_am, stride_bn, stride_cm,
+             HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BM)
+    grid_n = tl.cdiv(N, BN)
+    group = GROUP_M * grid_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    ram = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
+    rbn = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
+    a_ptr = A + ram.to(tl.int64)[:, None] * stride_am + rk[None, :]
+    b_ptr = B + rbn.to(tl.int64)[:, None] * stride_bn + rk[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.int32)
+    for k in range(0, tl.cdiv(K, BK)):
+        if EVEN_K:
+            a = tl.load(a_ptr)
+            b = tl.load(b_ptr)
+        else:
+            a = tl.load(a_ptr, mask=rk[None, :] < K - k * BK, other=0)
+            b = tl.load(b_ptr, mask=rk[None, :] < K - k * BK, other=0)
+        acc = tl.dot(a, tl.trans(b), acc)
+        a_ptr += BK
+        b_ptr += BK
+    sa = tl.load(SA + rm, mask=rm < M, other=0.0)
+    sb = tl.load(SB + rn, mask=rn < N, other=0.0)
+    y = acc.to(tl.float32) * sa[:, None] * sb[None, :]
+    if HAS_BIAS:
+        y += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    c_ptr = C + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :]
+    tl.store(c_ptr, y.to(C.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def int8_linear_torch(xq, x_scale, wq, w_scale, bias=None, out_dtype=torch.bfloat16) -> torch.Tensor:
+    """Plain-torch int8 linear (exact int32-range products in float64 on the CPU)."""
+    acc = xq.double() @ wq.double().t()
+    y = acc * x_scale.double()[:, None] * w_scale.double()[None, :]
+    if bias is not None:
+        y = y + bias.double()
+    return y.to(out_dtype)
+
+
+def int8_linear(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
+                bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """y = (xq @ wq.T) * x_scale[:, None] * w_scale[None, :] + bias; xq (M, K), wq (N, K) int8."""
+    if xq.dtype != torch.int8 or wq.dtype != torch.int8:
+        raise TypeError(f"int8_linear takes int8 operands, got {xq.dtype} and {wq.dtype}")
+    if xq.shape[1] != wq.shape[1]:
+        raise ValueError(f"K mismatch: x {tuple(xq.shape)}, w {tuple(wq.shape)} (w is stored (N, K))")
+    if xq.device.type != "cuda":
+        return int8_linear_torch(xq, x_scale, wq, w_scale, bias, out_dtype)
+    xq = xq if xq.stride(-1) == 1 else xq.contiguous()
+    wq = wq if wq.stride(-1) == 1 else wq.contiguous()
+    m, k = xq.shape
+    n = wq.shape[0]
+    c = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
+    _int8_mm[grid](xq, wq, c, x_scale, w_scale, bias if bias is not None else c, m, n, k,
+                   xq.stride(0), wq.stride(0), c.stride(0), HAS_BIAS=bias is not None)
+    return c
