@@ -1,0 +1,111 @@
+import json
+import threading
+
+import pytest
+
+from backends.capability import preset, probe
+from backends.ltx_args import ltx_args
+from backends.options import Profile
+from backends.rules import resolve
+from backends.smoke import CheckSpec, plan, run_all, run_check
+from ltx_tui.cli import main
+
+
+def P(**kw):
+    return Profile().replace(**{k.replace("__", "."): v for k, v in kw.items()})
+
+
+def test_default_profile_flags():
+    out = ltx_args(P())
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    assert "python -m ltx_pipelines.distilled \\" in out
+    assert "--diffvae-optimization chunked_eager" in out and "--max-batch-size 1" in out
+    assert "--offload" not in out and "--quantization" not in out and "--compile" not in out
+    assert "# diffvae.na_backend = auto: no ltx-pipelines flag" in out
+
+
+@pytest.mark.parametrize("q", ["fp8-cast", "fp8-scaled-mm", "nvfp4-cast", "nvfp4-prequant"])
+def test_quantization_flags(q):
+    assert f"--quantization {q}" in ltx_args(P(transformer__quantization=q))
+
+
+@pytest.mark.parametrize("q", ["int8-w8a8", "fp8-blockwise"])
+def test_quantizations_without_a_flag_are_comments(q):
+    out = ltx_args(P(transformer__quantization=q))
+    assert "--quantization" not in out and f"# transformer.quantization = {q}: no ltx-pipelines flag" in out
+
+
+def test_offload_compile_and_batch_flags():
+    out = ltx_args(P(offload__mode="disk", compile__enabled=True, memory__max_batch_size=3,
+                     memory__expandable_segments=False, diffvae__mode="combined_compile"))
+    assert "--offload disk" in out and "--max-batch-size 3" in out
+    assert "--diffvae-optimization combined_compile" in out
+    assert "    --compile \\" in out  # bare: all defaults
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in out
+    assert "# offload.gpu_slots = 2: no ltx-pipelines flag" in out
+    keyed = ltx_args(P(compile__enabled=True, compile__mode="max-autotune", compile__backend="aot_eager",
+                       compile__fullgraph=True, compile__dynamic="true", compile__capture=True))
+    assert "--compile mode=max-autotune backend=aot_eager fullgraph=true dynamic=true capture=true" in keyed
+
+
+def test_multi_gpu_uses_mgpu_module_and_drops_ignored_flags():
+    out = ltx_args(P(parallel__gpus=2, parallel__devices=(2, 3), transformer__quantization="fp8-scaled-mm",
+                     offload__mode="cpu"))
+    assert "python -m ltx_pipelines.distilled_mgpu" in out
+    assert "export CUDA_VISIBLE_DEVICES=2,3" in out
+    assert "    --quantization" not in out and "    --offload" not in out
+    assert "ignores --quantization and --offload" in out
+
+
+def test_cli_ltx_args(capsys, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[offload]\nmode = "cpu"\n')
+    assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args"]) == 0
+    assert "--offload cpu" in capsys.readouterr().out
+    main(["--check", "--json", "--capability", "h100", "--ltx-args"])
+    assert "--diffvae-optimization" in json.loads(capsys.readouterr().out)["ltx_args"]
+
+
+def test_plan_follows_the_resolution():
+    p = P(transformer__quantization="fp8-scaled-mm", compile__enabled=True, offload__mode="cpu",
+          parallel__gpus=2)
+    cap = preset("h100x2")
+    names = [s.name for s in plan(p, resolve(p, cap), cap)]
+    assert names[0] == "na3d natten:hopper-fna"
+    assert "compiled block" in names and "nccl all-reduce x2" in names
+    # multi-GPU runs fp8-cast and no offload, so that is what gets checked
+    assert "linear fp8-cast" in names and not any(n.startswith("offload") for n in names)
+    single = P(offload__mode="cpu")
+    assert "offload cpu round trip" in [s.name for s in plan(single, resolve(single, preset("h100")), preset("h100"))]
+    cpu = preset("cpu")
+    assert [s.device for s in plan(P(), resolve(P(), cpu), cpu)] == ["cpu"]
+
+
+def test_errors_are_not_smoke_checked():
+    p = P(transformer__quantization="fp8-scaled-mm")
+    cap = preset("a100")
+    assert not any(s.name.startswith("linear") for s in plan(p, resolve(p, cap), cap))
+
+
+def test_run_check_passes_fails_times_out_and_cancels():
+    good = run_check(CheckSpec("na3d eager", "na3d", "cpu", {"backend": "eager_sdpa"}))
+    assert good.status == "pass" and good.max_error < 1e-4 and good.seconds > 0
+    bad = run_check(CheckSpec("na3d bogus", "na3d", "cpu", {"backend": "bogus"}))
+    assert bad.status == "error" and "unknown NA backend" in bad.message
+    slow = run_check(CheckSpec("na3d eager", "na3d", "cpu", {"backend": "eager_sdpa"}), timeout=0.05)
+    assert slow.status == "timeout" and "0.05" in slow.message
+    cancel = threading.Event()
+    cancel.set()
+    rows = run_all([CheckSpec("a", "na3d", "cpu", {"backend": "eager_sdpa"})] * 3, cancel=cancel)
+    assert [r.status for r in rows] == ["cancelled"]
+
+
+def test_cli_smoke_on_this_machine(capsys, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[diffvae]\nna_backend = "eager_sdpa"\n[transformer]\nquantization = "fp8-cast"\n')
+    code = main(["--check", "--json", "--smoke", "--profile", str(path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in doc["smoke"]] == ["na3d eager_sdpa", "linear fp8-cast"]
+    assert all(r["status"] == "pass" for r in doc["smoke"])
+    assert code == 1  # parallel.gpus: no GPU here
+    assert probe().cuda is False
