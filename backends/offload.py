@@ -86,6 +86,7 @@ class BlockStreamer:
         self.copied = [torch.cuda.Event() for _ in self.slots]
         self.released = [torch.cuda.Event() for _ in self.slots]
         self.owner: list[int | None] = [None] * self.gpu_slots
+        self.running: set[int] = set()
         self.handles = []
         for i, block in enumerate(self.blocks):
             self.handles.append(block.register_forward_pre_hook(self._before(i)))
@@ -122,14 +123,21 @@ class BlockStreamer:
             slot = self._load(i)
             torch.cuda.current_stream(self.device).wait_event(self.copied[slot])
             self._point(i, self.slots[slot])
-            for j in range(i + 1, min(i + 1 + self.prefetch, len(self.blocks))):
-                self._load(j)
+            self.running.add(slot)
+            # Queue the next blocks (wrapping to the first, for the next forward) into slots
+            # no running block uses; a copy waits until that slot's last block has run.
+            n = len(self.blocks)
+            for j in range(1, self.prefetch + 1):
+                target = (i + j) % n
+                if target != i and target % self.gpu_slots not in self.running:
+                    self._load(target)
         return hook
 
     def _after(self, i: int):
         def hook(module, args, output):
             slot = i % self.gpu_slots
             self.released[slot].record(torch.cuda.current_stream(self.device))
+            self.running.discard(slot)
             self._point(i, self.hosts[i])
         return hook
 
