@@ -9,7 +9,6 @@ report, including those the runtime leaves to the LTX-2 pipeline.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import MutableMapping
 import torch
 import torch.nn as nn
 
-from backends.attention import na3d
+from backends.attention import implementation
 from backends.capability import Capability, probe
 from backends.offload import BlockStreamer
 from backends.options import OffloadMode, Profile, Quantization
@@ -145,8 +144,9 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
 
     backend = _na_backend(decisions)
     na_modules = [n for n, m in model.named_modules() if hasattr(m, "attention_function") and hasattr(m, "kernel_size")]
+    function = implementation(backend)
     for name in na_modules:
-        model.get_submodule(name).attention_function = functools.partial(na3d, backend=backend, capability=cap)
+        model.get_submodule(name).attention_function = function
     report.add("diffvae.na_backend", "installed" if na_modules else "no target",
                f"na3d backend {backend} ({decisions['diffvae.na_backend'].chain[-1].reason})"
                if na_modules else "no module with attention_function and kernel_size", na_modules)

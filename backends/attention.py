@@ -88,6 +88,14 @@ def _run_natten(kernel: str) -> Callable:
     return run
 
 
+def implementation(name: str) -> Callable:
+    """The function behind concrete backend `name`: f(q, k, v, kernel, *, scale, is_causal).
+
+    Kept out of torch.compile graphs (torch.compiler.disable): the kernels launch their own code.
+    """
+    return torch.compiler.disable(_implementation(name))
+
+
 def _implementation(name: str) -> Callable:
     if name.startswith("natten:"):
         return _run_natten(NattenKernel(name.split(":", 1)[1]).value)

@@ -31,7 +31,8 @@ class NeighborhoodAttention3D(nn.Module):
         self.q_norm = nn.RMSNorm(head_dim)
         self.k_norm = nn.RMSNorm(head_dim)
         self.proj = nn.Linear(dim, dim)
-        self.attention_function = functools.partial(na3d, backend=backend)
+        # Resolved per call (the device is known then), outside any torch.compile graph.
+        self.attention_function = torch.compiler.disable(functools.partial(na3d, backend=backend))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 5 or x.shape[-1] != self.dim:

@@ -100,7 +100,7 @@ def _int8_mm(A, B, C, SA, SB, BIAS, M, N, K, stride_am, stride_bn, stride_cm,
         else:
             a = tl.load(a_ptr, mask=rk[None, :] < K - k * BK, other=0)
             b = tl.load(b_ptr, mask=rk[None, :] < K - k * BK, other=0)
-        acc = tl.dot(a, tl.trans(b), acc)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
         a_ptr += BK
         b_ptr += BK
     sa = tl.load(SA + rm, mask=rm < M, other=0.0)
