@@ -83,9 +83,24 @@ def stack(depth: int) -> BlockStack:
                       ).to(torch.bfloat16)
 
 
+def _forward_stats(model, x) -> tuple[float, int, torch.Tensor]:
+    """(median ms, peak bytes allocated during a forward, output)."""
+    with torch.no_grad():
+        t = bench(lambda: model(x))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        out = model(x)
+        torch.cuda.synchronize()
+    return t, torch.cuda.max_memory_allocated(), out
+
+
 def offload(depth: int) -> list[str]:
     rows = []
+    inputs = {tokens: torch.randn(tokens, 4096, device="cuda", dtype=torch.bfloat16) for tokens in (8192, 32768)}
     resident = stack(depth).cuda()
+    res = {tokens: _forward_stats(resident, x) for tokens, x in inputs.items()}
+    del resident
+    torch.cuda.empty_cache()
     streamed = stack(depth)
     streamer = BlockStreamer(streamed.blocks, "cuda", gpu_slots=2, prefetch=2)
     # Host -> device copy of every streamed block from pinned memory, back to back on one stream.
@@ -95,20 +110,20 @@ def offload(depth: int) -> list[str]:
         for h in streamer.hosts:
             dst[:h.numel()].copy_(h, non_blocking=True)
     t_copy = bench(copy_all)
+    del dst
+    torch.cuda.empty_cache()
     gbs = streamer.streamed_bytes / t_copy / 1e6
     rows.append(f"offload: {depth} blocks, {streamer.streamed_bytes / 2**30:.2f} GiB streamed; pinned H2D copy "
-                f"{t_copy:.2f} ms ({gbs:.1f} GB/s)")
+                f"{t_copy:.2f} ms ({gbs:.1f} GB/s); gpu_slots 2 of {streamer.slot_bytes / 2**20:.0f} MiB, "
+                f"prefetch {streamer.prefetch}")
     print(rows[-1], flush=True)
-    for tokens in (8192, 32768):
-        x = torch.randn(tokens, 4096, device="cuda", dtype=torch.bfloat16)
-        with torch.no_grad():
-            t_res = bench(lambda: resident(x))
-            t_off = bench(lambda: streamed(x))
-            same = torch.equal(resident(x), streamed(x))
+    for tokens, x in inputs.items():
+        t_res, peak_res, ref = res[tokens]
+        t_off, peak_off, out = _forward_stats(streamed, x)
         floor = max(t_res, t_copy)
-        rows.append(f"tokens {tokens:>6}: resident {t_res:8.2f} ms  offload cpu {t_off:8.2f} ms  "
-                    f"copy {t_copy:8.2f} ms  offload/max(resident, copy) = {t_off / floor:.3f} (target <= 1.1)  "
-                    f"outputs identical: {same}")
+        rows.append(f"tokens {tokens:>6}: resident {t_res:8.2f} ms  offload cpu {t_off:8.2f} ms  copy {t_copy:8.2f} ms"
+                    f"  offload/max(resident, copy) = {t_off / floor:.3f} (target <= 1.1)  identical: "
+                    f"{torch.equal(out, ref)}  peak GPU memory {peak_res / 2**30:.2f} -> {peak_off / 2**30:.2f} GiB")
         print(rows[-1], flush=True)
     return rows
 
