@@ -344,18 +344,24 @@ def _with_timeout(fn: Callable[[], Any], seconds: float) -> tuple[Any, str | Non
         pool.shutdown(wait=False)
 
 
+def read_nvml(session: nvml_mod.NvmlSession, env: Mapping[str, str] | None = None,
+              timeout: float = 10.0) -> tuple[NvmlInfo, list[dict[str, Any]], tuple[GPU, ...]]:
+    """One NVML reading: (NVML info, raw device readings, GPUs in CUDA ordinal order). Never raises."""
+    env = os.environ if env is None else env
+    result, late = _with_timeout(session.read_all, timeout)
+    if late:
+        return NvmlInfo(False, f"NVML {late}"), [], ()
+    info, devs = result
+    gpus, match = _merge_gpus(devs, [], env)
+    return NvmlInfo(**info, ordinal_match=match), devs, gpus
+
+
 def probe(*, nvml_module: Any = None, env: Mapping[str, str] | None = None,
           nvml_timeout: float = 10.0) -> Capability:
     """Probe the live machine. Never raises for a missing driver, NVML, CUDA or package."""
     env = os.environ if env is None else env
     session = nvml_mod.NvmlSession(nvml_module)
-    result, timeout = _with_timeout(session.read_all, nvml_timeout)
-    if timeout:
-        nvml = NvmlInfo(False, f"NVML {timeout}")
-        nvml_devs: list[dict[str, Any]] = []
-    else:
-        info, nvml_devs = result
-        nvml = NvmlInfo(**info)
+    nvml, nvml_devs, _ = read_nvml(session, env, nvml_timeout)
     session.close()
     torch_info, torch_devs = _probe_torch(nvml.device_count if nvml.available else None)
     gpus, match = _merge_gpus(nvml_devs, torch_devs, env)

@@ -110,9 +110,13 @@ def run_check(spec: CheckSpec, timeout: float = DEFAULT_TIMEOUT, cancel: threadi
 
 
 def run_all(specs: list[CheckSpec], timeout: float = DEFAULT_TIMEOUT, cancel: threading.Event | None = None,
-            on_result: Callable[[int, CheckResult], None] | None = None) -> list[CheckResult]:
+            on_result: Callable[[int, CheckResult], None] | None = None,
+            on_start: Callable[[int], None] | None = None) -> list[CheckResult]:
+    """Run the checks in order; stops after a cancelled one. Callbacks report progress."""
     results = []
     for i, spec in enumerate(specs):
+        if on_start:
+            on_start(i)
         result = run_check(spec, timeout, cancel)
         results.append(result)
         if on_result:

@@ -53,8 +53,12 @@ def main(argv: list[str] | None = None) -> int:
                          strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout)
     if args.json or args.strict or args.smoke or args.ltx_args:
         parser.error("--json, --strict, --smoke and --ltx-args go with --check")
-    print("ltx-tui: the interactive app is not built yet; use `ltx-tui --check` (see --help)", file=sys.stderr)
-    return 2
+    if not sys.stdout.isatty():
+        print("ltx-tui: the app needs a terminal; use `ltx-tui --check` in scripts (see --help)", file=sys.stderr)
+        return 2
+    from ltx_tui.app import run  # textual is imported only here
+
+    return run(args.profile, args.capability)
 
 
 def entry() -> None:

@@ -1,0 +1,281 @@
+"""The ltx-tui Textual app: GPUs, backends, options with validation, smoke test, export.
+
+Slow work never runs on the UI thread: NVML is read by a thread worker that never
+overlaps itself, the capability probe (which imports torch) starts after the first frame,
+and smoke checks run in subprocesses from a thread worker.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from backends import capability as capmod
+from backends import profile as profmod
+from backends.nvml import NvmlSession
+from backends.options import OPTIONS, Kind, Profile
+from backends.rules import Decision, Status, resolve, summarize
+from backends.smoke import CheckResult, CheckSpec, plan, run_all
+from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.export import ExportScreen
+from ltx_tui.screens.help import HelpScreen
+from ltx_tui.widgets.backends_panel import BackendsPanel
+from ltx_tui.widgets.gpu_panel import GpuPanel
+from ltx_tui.widgets.options_form import OptionsForm, choice_values
+from ltx_tui.widgets.resolution import ResolutionView
+from ltx_tui.widgets.smoke_panel import SmokePanel
+
+DEFAULT_EXPORT = "ltx-profile.toml"
+NVML_BACKOFF_S = 30.0
+# runner(specs, cancel, on_start, on_result) -> results
+SmokeRunner = Callable[[list[CheckSpec], threading.Event, Callable[[int], None],
+                        Callable[[int, CheckResult], None]], list[CheckResult]]
+
+
+def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult]:
+    return run_all(specs, cancel=cancel, on_start=on_start, on_result=on_result)
+
+
+def value_marks(profile: Profile, cap: capmod.Capability) -> dict[str, dict[str, tuple[Status, str]]]:
+    """For each choice or boolean option, what each value would resolve to with the rest unchanged."""
+    marks: dict[str, dict[str, tuple[Status, str]]] = {}
+    for spec in OPTIONS:
+        if spec.kind not in (Kind.CHOICE, Kind.BOOL):
+            continue
+        marks[spec.key] = {}
+        for value in choice_values(spec):
+            typed = value == "true" if spec.kind is Kind.BOOL else value
+            d = next(x for x in resolve(profile.replace(**{spec.key: typed}), cap) if x.option == spec.key)
+            why = d.chain[-1].reason
+            marks[spec.key][value] = (d.status, why if len(why) <= 72 else why[:71] + "…")
+    return marks
+
+
+class LtxTuiApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "ltx-tui"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("s", "smoke", "Smoke"),
+        Binding("c", "cancel_smoke", "Cancel"),
+        Binding("e", "export", "Export"),
+        Binding("o", "tab('options')", "Options", show=False),
+        Binding("r", "tab('resolution')", "Resolution", show=False),
+        Binding("t", "tab('smoke')", "Smoke tab", show=False),
+        Binding("g", "tab('system')", "GPU/backends", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, profile_path: str | None = None, capability: str | capmod.Capability | None = None, *,
+                 nvml_module: Any = None, smoke_runner: SmokeRunner | None = None,
+                 env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
+                 smoke_capability: capmod.Capability | None = None) -> None:
+        super().__init__()
+        self.profile_path = profile_path
+        self.env = os.environ if env is None else env
+        self.nvml = NvmlSession(nvml_module)
+        self.nvml_module = nvml_module
+        self.smoke_runner = smoke_runner or default_smoke_runner
+        self.poll_interval = poll_interval
+        self.probe_live = probe_live
+        self.smoke_capability = smoke_capability  # what smoke checks are planned for; default: probe here
+        self.problems: list[str] = []
+        self.profile = Profile()
+        self.dirty = False
+        if profile_path:
+            try:
+                self.profile, warnings = profmod.read(profile_path)
+                self.problems += [str(w) for w in warnings]
+            except profmod.ProfileError as e:
+                if Path(profile_path).exists() or Path(profile_path).is_dir():
+                    self.problems.append(f"Could not load the profile: {e}. Editing the default profile; "
+                                         "exporting asks before replacing the file.")
+        self.capability: capmod.Capability | None = None
+        if isinstance(capability, capmod.Capability):
+            self.capability = capability
+        elif capability:
+            try:
+                self.capability = capmod.load_capability(capability)
+            except capmod.CapabilityError as e:
+                self.problems.append(f"Capability error: {e}. Using this machine instead.")
+        self.decisions: list[Decision] = []
+        self._polling = False
+        self._nvml_paused_until = 0.0
+        self._smoke_cancel: threading.Event | None = None
+
+    # --- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("\n".join(self.problems), id="banner", classes="visible" if self.problems else "")
+        with Horizontal(id="body"):
+            with Vertical(id="side"):
+                yield GpuPanel(id="side-gpu")
+                yield BackendsPanel(id="side-backends")
+            with TabbedContent(id="tabs", initial="options"):
+                with TabPane("Options", id="options"):
+                    yield OptionsForm(self.profile, id="form")
+                with TabPane("Resolution", id="resolution"):
+                    yield ResolutionView(id="resolution-view")
+                with TabPane("Smoke", id="smoke"):
+                    yield SmokePanel(id="smoke-panel")
+                with TabPane("GPU/Backends", id="system"):
+                    with VerticalScroll(id="system-scroll"):
+                        yield GpuPanel(id="tab-gpu")
+                        yield BackendsPanel(id="tab-backends")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._update_title()
+        for panel in self.query(BackendsPanel):
+            panel.show(self.capability)
+        self.set_interval(self.poll_interval, self._poll)
+        self._poll()
+        if self.capability is not None:
+            self._resolve()
+
+    def on_ready(self) -> None:
+        if self.capability is None and self.probe_live:
+            self._probe()  # after the first frame: importing torch must not delay it
+
+    def _update_title(self) -> None:
+        where = self.profile_path or "default profile (unsaved)"
+        summary = f" — {summarize(self.decisions)}" if self.decisions else ""
+        self.sub_title = f"{where}{' *' if self.dirty else ''}{summary}"
+
+    # --- GPUs -----------------------------------------------------------------------------
+    def _poll(self) -> None:
+        if self._polling or time.monotonic() < self._nvml_paused_until:
+            return
+        self._polling = True
+        self._read_nvml()
+
+    @work(thread=True, group="nvml", exit_on_error=False)
+    def _read_nvml(self) -> None:
+        try:
+            info, _, gpus = capmod.read_nvml(self.nvml, self.env, timeout=5.0)
+            if info.reason and "did not answer" in info.reason:
+                self._nvml_paused_until = time.monotonic() + NVML_BACKOFF_S
+            self.call_from_thread(self._show_gpus, info, gpus)
+        except Exception as e:  # shown inline; the next tick tries again
+            self.call_from_thread(self._show_nvml_error, f"NVML error: {type(e).__name__}: {e}")
+        finally:
+            self._polling = False
+
+    def _show_gpus(self, info, gpus) -> None:
+        source = self.capability.source if self.capability else None
+        for panel in self.query(GpuPanel):
+            panel.show(info, gpus, source)
+
+    def _show_nvml_error(self, message: str) -> None:
+        for panel in self.query(GpuPanel):
+            panel.show_error(message)
+
+    # --- capability and resolution --------------------------------------------------------
+    @work(thread=True, group="probe", exit_on_error=False)
+    def _probe(self) -> None:
+        cap = capmod.probe(nvml_module=self.nvml_module, env=self.env)
+        self.call_from_thread(self._capability_ready, cap)
+
+    def _capability_ready(self, cap: capmod.Capability) -> None:
+        self.capability = cap
+        for panel in self.query(BackendsPanel):
+            panel.show(cap)
+        self._resolve()
+
+    def _resolve(self) -> None:
+        if self.capability is None:
+            return
+        self.decisions = resolve(self.profile, self.capability)
+        self.query_one(OptionsForm).show(self.decisions, value_marks(self.profile, self.capability))
+        self.query_one(ResolutionView).show(self.decisions)
+        self._update_title()
+
+    @on(OptionsForm.Changed)
+    def _option_changed(self, event: OptionsForm.Changed) -> None:
+        if self.profile.get(event.key) == _typed(event.key, event.value):
+            return
+        self.profile = self.profile.replace(**{event.key: event.value})
+        self.dirty = True
+        self._resolve()
+        self._update_title()
+
+    # --- actions --------------------------------------------------------------------------
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_help(self) -> None:
+        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.description]
+        self.push_screen(HelpScreen(keys))
+
+    def action_smoke(self) -> None:
+        if self._smoke_cancel is not None:
+            self.notify("A smoke run is already going; press c to cancel it.", severity="warning")
+            return
+        self.action_tab("smoke")
+        self._smoke_cancel = threading.Event()
+        self._run_smoke(self.profile, self._smoke_cancel)
+
+    def action_cancel_smoke(self) -> None:
+        if self._smoke_cancel is None:
+            self.notify("No smoke run to cancel.")
+            return
+        self._smoke_cancel.set()
+        self.query_one("#smoke-status", Static).update(Text("cancelling…", style="yellow"))
+
+    @work(thread=True, group="smoke", exit_on_error=False)
+    def _run_smoke(self, profile: Profile, cancel: threading.Event) -> None:
+        panel = self.query_one(SmokePanel)
+        try:
+            cap = self.smoke_capability or (self.capability if self.capability and self.capability.source == "live"
+                                            else capmod.probe(nvml_module=self.nvml_module, env=self.env))
+            specs = plan(profile, resolve(profile, cap), cap)
+            self.call_from_thread(panel.start, specs)
+            results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),
+                                        lambda i, r: self.call_from_thread(panel.result, i, r))
+            self.call_from_thread(panel.finish, results, len(specs), cancel.is_set())
+        except Exception as e:
+            self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error")
+        finally:
+            self._smoke_cancel = None
+
+    def action_export(self) -> None:
+        default = self.profile_path or DEFAULT_EXPORT
+
+        def done(path: Path | None) -> None:
+            if path is not None:
+                self.profile_path = str(path)
+                self.dirty = False
+                self._update_title()
+        self.push_screen(ExportScreen(self.profile, self.capability, default), done)
+
+    def action_quit_app(self) -> None:
+        if not self.dirty:
+            self.exit()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.exit()
+        self.push_screen(ConfirmScreen("The profile has unsaved changes. Quit without exporting?", "Quit", "Stay"),
+                         answered)
+
+
+def _typed(key: str, value: Any) -> Any:
+    return Profile().replace(**{key: value}).get(key)
+
+
+def run(profile_path: str | None, capability: str | None) -> int:
+    LtxTuiApp(profile_path, capability).run()
+    return 0

@@ -1,0 +1,69 @@
+"""Resolution view: each option `requested -> effective`, status, reason; and a summary."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from backends.rules import Decision, Status, summarize
+from ltx_tui.widgets.options_form import STATUS_STYLE
+
+
+def _plain(v) -> str:
+    return "-" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def reason(d: Decision) -> str:
+    if d.status is not Status.OK and d.message:
+        return d.message + (f"  fix: {d.remedy}" if d.remedy else "")
+    return " ← ".join(f"{_plain(s.value)}: {s.reason}" for s in reversed(d.chain)) if len(d.chain) > 1 \
+        else d.chain[0].reason
+
+
+def detail_text(d: Decision) -> Text:
+    """The whole chain of one decision, for the line under the table."""
+    text = Text(f"{d.option}: ", style="bold")
+    text.append(f"{_plain(d.requested)} → {_plain(d.effective)} ({d.status.value})", style=STATUS_STYLE[d.status])
+    for step in d.chain:
+        text.append(f"\n  {_plain(step.value)}: {step.reason}")
+    if d.remedy and d.status is not Status.OK:
+        text.append(f"\n  fix: {d.remedy}", style="italic")
+    if d.rules:
+        text.append(f"\n  rules: {', '.join(d.rules)}", style="dim")
+    return text
+
+
+class ResolutionView(Vertical):
+    BORDER_TITLE = "Resolution"
+
+    def compose(self) -> ComposeResult:
+        yield Static("waiting for the capability probe…", id="summary")
+        table = DataTable(id="resolution-table", cursor_type="row", zebra_stripes=True)
+        table.add_columns("status", "option", "requested → effective", "why")
+        yield table
+        yield Static("", id="detail")
+
+    def on_mount(self) -> None:
+        self._decisions: dict[str, Decision] = {}
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        d = self._decisions.get(event.row_key.value) if event.row_key else None
+        if d is not None:
+            self.query_one("#detail", Static).update(detail_text(d))
+
+    def show(self, decisions: list[Decision]) -> None:
+        s = summarize(decisions)
+        style = "red" if s.error else "yellow" if s.fallback or s.warning else "green"
+        self.query_one("#summary", Static).update(Text(str(s), style=f"bold {style}"))
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        table.clear()
+        self._decisions = {d.option: d for d in decisions}
+        for d in decisions:
+            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), d.option,
+                          f"{_plain(d.requested)} → {_plain(d.effective)}", reason(d), key=d.option)
+        if decisions:
+            table.move_cursor(row=min(row, len(decisions) - 1))
+            self.query_one("#detail", Static).update(detail_text(decisions[table.cursor_row]))

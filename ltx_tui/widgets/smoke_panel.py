@@ -1,0 +1,55 @@
+"""Smoke-test panel: progress and a row per check; rows stay after a run or a cancel."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, ProgressBar, Static
+
+from backends.smoke import CheckResult, CheckSpec
+
+COLUMNS = ("check", "status", "seconds", "max error", "message")
+STYLE = {"pass": "green", "fail": "red", "error": "red", "timeout": "red", "cancelled": "yellow", "running": "cyan",
+         "queued": "dim"}
+
+
+class SmokePanel(Vertical):
+    BORDER_TITLE = "Smoke test"
+
+    def compose(self) -> ComposeResult:
+        yield Static("press s to run the smoke checks for the current selection", id="smoke-status")
+        yield ProgressBar(total=1, show_eta=False, id="smoke-progress")
+        table = DataTable(id="smoke-table", cursor_type="row")
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        yield table
+
+    def start(self, specs: list[CheckSpec]) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        for i, spec in enumerate(specs):
+            table.add_row(spec.name, Text("queued", style=STYLE["queued"]), "", "", "", key=str(i))
+        bar = self.query_one(ProgressBar)
+        bar.update(total=max(len(specs), 1), progress=0)
+        self.query_one("#smoke-status", Static).update(
+            f"running {len(specs)} check(s), each in a subprocess — press c to cancel" if specs
+            else "nothing to check: every option in error or unused")
+
+    def running(self, index: int) -> None:
+        self.query_one(DataTable).update_cell(str(index), "status", Text("running", style=STYLE["running"]),
+                                              update_width=True)
+
+    def result(self, index: int, row: CheckResult) -> None:
+        table = self.query_one(DataTable)
+        err = "-" if row.max_error is None else f"{row.max_error:.2e}"
+        for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")), f"{row.seconds:.2f}",
+                                            err, row.message)):
+            table.update_cell(str(index), col, value, update_width=True)
+        self.query_one(ProgressBar).advance(1)
+
+    def finish(self, results: list[CheckResult], total: int, cancelled: bool) -> None:
+        passed = sum(r.status == "pass" for r in results)
+        failed = len(results) - passed
+        text = f"{passed} passed, {failed} failed" + (f", {total - len(results)} not run (cancelled)" if cancelled else "")
+        self.query_one("#smoke-status", Static).update(Text(text, style="red" if failed else "green"))

@@ -1,0 +1,292 @@
+"""Pilot flows of the Textual app, with fake NVML data and capability presets."""
+
+import threading
+
+import pytest
+from textual.widgets import DataTable, Input, Select, Static
+
+from backends import load_profile
+from backends.capability import preset
+from backends.smoke import CheckResult
+from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
+from ltx_tui.app import LtxTuiApp
+from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.export import ExportScreen
+from ltx_tui.screens.help import HelpScreen
+from test_profile import BROKEN
+
+
+def make_app(capability="h100", **kw):
+    kw.setdefault("nvml_module", FakeNvml([fake_gpu(0), fake_gpu(1)]))
+    kw.setdefault("poll_interval", 3600)
+    return LtxTuiApp(kw.pop("profile_path", None), preset(capability) if isinstance(capability, str) else capability,
+                     env={}, **kw)
+
+
+def table_row(app, option):
+    table = app.query_one("#resolution-table", DataTable)
+    return [str(c) for c in table.get_row(option)]
+
+
+async def choose(pilot, key, value):
+    """Open the select of option `key` with the keyboard and pick `value`."""
+    select = pilot.app.query_one(f"#opt-{key.replace('.', '-').replace('_', '-')}", Select)
+    select.focus()
+    await pilot.press("enter")
+    options = [v for _, v in select._options]
+    current = options.index(select.value)
+    target = options.index(value)
+    await pilot.press(*(["down"] * (target - current) if target > current else ["up"] * (current - target)))
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+async def test_changing_an_option_re_resolves():
+    app = make_app("a100")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        assert table_row(app, "transformer.quantization")[0] == "ok"
+        await choose(pilot, "transformer.quantization", "fp8-scaled-mm")
+        row = table_row(app, "transformer.quantization")
+        assert row[0] == "error" and "8.9" in row[3]
+        assert app.profile.transformer.quantization.value == "fp8-scaled-mm"
+        assert "1 error" in app.sub_title and "*" in app.sub_title
+        status = app.query_one("#opt-transformer-quantization-status", Static)
+        assert "error" in str(status.render())
+
+
+async def test_impossible_values_stay_visible_and_marked():
+    app = make_app("a100")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        select = app.query_one("#opt-transformer-quantization", Select)
+        labels = {v: str(label) for label, v in select._options}
+        assert set(labels) == {"none", "fp8-cast", "fp8-scaled-mm", "nvfp4-cast", "nvfp4-prequant",
+                               "fp8-blockwise", "int8-w8a8"}
+        assert "✗" in labels["fp8-scaled-mm"] and "8.9" in labels["fp8-scaled-mm"]
+        assert "✗" not in labels["fp8-cast"]
+        modes = {v: str(label) for label, v in app.query_one("#opt-compile-mode", Select)._options}
+        assert "✗" not in modes["reduce-overhead"]  # compile is off: unused, not an error
+        assert app.query_one("#opt-transformer-quantization", Select).value == "none"
+
+
+async def test_invalid_number_is_not_applied():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        box = app.query_one("#opt-offload-gpu-slots", Input)
+        box.focus()
+        box.value = ""
+        await pilot.press("0")
+        await pilot.pause()
+        assert app.profile.offload.gpu_slots == 2
+        assert "not applied" in str(app.query_one("#opt-offload-gpu-slots-status", Static).render())
+        await pilot.press("backspace", "4")
+        await pilot.pause()
+        assert app.profile.offload.gpu_slots == 4
+
+
+async def test_export_writes_a_profile_that_loads_back(tmp_path):
+    app = make_app()
+    path = tmp_path / "out.toml"
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "transformer.quantization", "fp8-cast")
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportScreen)
+        box = app.screen.query_one("#path", Input)
+        box.value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert load_profile(path) == app.profile
+        assert "--quantization fp8-cast" in str(app.screen.query_one("#ltx-args", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.dirty is False and app.profile_path == str(path)
+
+
+async def test_export_asks_before_overwriting(tmp_path):
+    path = tmp_path / "out.toml"
+    path.write_text("keep")
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert path.read_text() == "keep"
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert load_profile(path) == app.profile
+
+
+class FakeRunner:
+    """Each check waits for `step` (or a cancel), then passes."""
+
+    def __init__(self):
+        self.step = threading.Semaphore(0)
+
+    def __call__(self, specs, cancel, on_start, on_result):
+        results = []
+        for i, spec in enumerate(specs):
+            on_start(i)
+            while not self.step.acquire(timeout=0.02):
+                if cancel.is_set():
+                    r = CheckResult(spec.name, "cancelled", 0.1, None, "cancelled")
+                    results.append(r)
+                    on_result(i, r)
+                    return results
+            r = CheckResult(spec.name, "pass", 0.5, 1e-3, "max error 0.001 <= 0.02")
+            results.append(r)
+            on_result(i, r)
+        return results
+
+
+async def wait_for(pilot, predicate, tries=100):
+    for _ in range(tries):
+        if predicate():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_smoke_run_shows_progress_results_and_cancels():
+    runner = FakeRunner()
+    app = make_app(smoke_runner=runner, smoke_capability=preset("h100"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "transformer.quantization", "fp8-cast")
+        await choose(pilot, "compile.enabled", "true")
+        await pilot.press("s")
+        table = app.query_one("#smoke-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 3)
+        assert app.query_one("TabbedContent").active == "smoke"
+        runner.step.release()
+        await wait_for(pilot, lambda: str(table.get_row("0")[1]) == "pass")
+        bar = app.query_one("#smoke-progress")
+        assert bar.progress == 1 and bar.total == 3
+        assert str(table.get_row("1")[1]) == "running"
+        await pilot.press("c")
+        await wait_for(pilot, lambda: str(table.get_row("1")[1]) == "cancelled")
+        await wait_for(pilot, lambda: app._smoke_cancel is None)
+        assert "not run (cancelled)" in str(app.query_one("#smoke-status", Static).render())
+        assert [str(table.get_row(k)[0]) for k in ("0", "1", "2")] == ["na3d natten:hopper-fna", "linear fp8-cast",
+                                                                       "compiled block"]
+
+
+async def test_quit_with_unsaved_changes_asks():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "offload.mode", "cpu")
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_quit_without_changes_does_not_ask():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_start_without_gpu_shows_a_notice():
+    app = make_app("cpu", nvml_module=FakeNvml(init_error=NVMLError_LibraryNotFound("no lib")))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        notice = str(app.query_one("#tab-gpu .gpu-notice", Static).render())
+        assert "No GPU here: NVML library not found" in notice
+        assert "preset:cpu" in notice
+        assert table_row(app, "parallel.gpus")[0] == "error"
+
+
+async def test_nvml_field_errors_are_shown_inline():
+    app = make_app(nvml_module=FakeNvml([fake_gpu(0)], unsupported={"power_mw"}))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.2)
+        info = str(app.query_one("#tab-gpu .gpu-info", Static).render())
+        assert "NVIDIA H200" in info and "power_draw: not supported by this GPU" in info
+
+
+async def test_broken_profile_shows_the_error_instead_of_crashing():
+    path = BROKEN / "unknown_enum.toml"
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        banner = app.query_one("#banner", Static)
+        assert banner.has_class("visible")
+        assert "unknown_enum.toml:4" in str(banner.render()) and "fp8-cast" in str(banner.render())
+        assert app.profile == load_profile(BROKEN.parent / "good" / "empty.toml")
+
+
+async def test_profile_is_loaded_into_the_controls():
+    path = BROKEN.parent / "good" / "every_key.toml"
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        assert app.query_one("#opt-compile-mode", Select).value == "max-autotune-no-cudagraphs"
+        assert app.query_one("#opt-memory-max-batch-size", Input).value == "4"
+        assert app.query_one("#opt-parallel-devices", Input).value == "0"
+        assert app.dirty is False
+
+
+async def test_poller_never_overlaps():
+    nvml = FakeNvml([fake_gpu(0)])
+    active, peak = [0], [0]
+    original = nvml.nvmlDeviceGetCount
+
+    def slow_count():
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        threading.Event().wait(0.15)
+        active[0] -= 1
+        return original()
+
+    nvml.nvmlDeviceGetCount = slow_count
+    app = make_app(nvml_module=nvml, poll_interval=0.02)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.6)
+        assert peak[0] == 1
+
+
+async def test_help_lists_every_binding():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one(DataTable)
+        actions = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        for b in app.BINDINGS:
+            assert b.description in actions
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+def test_snapshot_80x24(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(80, 24))
+
+
+def test_snapshot_160x50(snap_compare):
+    assert snap_compare(make_app(profile_path=str(BROKEN.parent / "good" / "every_key.toml")),
+                        terminal_size=(160, 50))
