@@ -23,15 +23,16 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from backends import capability as capmod
 from backends import profile as profmod
 from backends.nvml import NvmlSession
-from backends.options import OPTIONS, Kind, Profile
+from backends.options import OPTIONS_BY_KEY, Kind, Profile
 from backends.rules import Decision, Status, resolve, summarize
 from backends.smoke import CheckResult, CheckSpec, plan, run_all
 from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.edit import ChoiceScreen, ValueScreen
 from ltx_tui.screens.export import ExportScreen
 from ltx_tui.screens.help import HelpScreen
 from ltx_tui.widgets.backends_panel import BackendsPanel
 from ltx_tui.widgets.gpu_panel import GpuPanel
-from ltx_tui.widgets.options_form import OptionsForm, choice_values
+from ltx_tui.widgets.options_list import OptionsList, choice_values
 from ltx_tui.widgets.resolution import ResolutionView
 from ltx_tui.widgets.smoke_panel import SmokePanel
 
@@ -46,25 +47,22 @@ def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult
     return run_all(specs, cancel=cancel, on_start=on_start, on_result=on_result)
 
 
-def value_marks(profile: Profile, cap: capmod.Capability) -> dict[str, dict[str, tuple[Status, str]]]:
-    """For each choice or boolean option, what each value would resolve to with the rest unchanged."""
-    marks: dict[str, dict[str, tuple[Status, str]]] = {}
-    for spec in OPTIONS:
-        if spec.kind not in (Kind.CHOICE, Kind.BOOL):
-            continue
-        marks[spec.key] = {}
-        for value in choice_values(spec):
-            typed = value == "true" if spec.kind is Kind.BOOL else value
-            d = next(x for x in resolve(profile.replace(**{spec.key: typed}), cap) if x.option == spec.key)
-            why = d.chain[-1].reason
-            marks[spec.key][value] = (d.status, why if len(why) <= 72 else why[:71] + "…")
+def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str, tuple[Status, str]]:
+    """What each value of choice/boolean option `key` would resolve to, the rest unchanged."""
+    spec = OPTIONS_BY_KEY[key]
+    marks = {}
+    for value in choice_values(spec):
+        typed = value == "true" if spec.kind is Kind.BOOL else value
+        d = next(x for x in resolve(profile.replace(**{key: typed}), cap) if x.option == key)
+        marks[value] = (d.status, d.chain[-1].reason)
     return marks
 
 
 class LtxTuiApp(App):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "ltx-tui"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    AUTO_FOCUS = "#options-list"
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),
         Binding("c", "cancel_smoke", "Cancel"),
@@ -114,6 +112,7 @@ class LtxTuiApp(App):
         self._polling = False
         self._nvml_paused_until = 0.0
         self._smoke_cancel: threading.Event | None = None
+        self._first_frame = self._gpus_shown = self._probing = False
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -125,7 +124,7 @@ class LtxTuiApp(App):
                 yield BackendsPanel(id="side-backends")
             with TabbedContent(id="tabs", initial="options"):
                 with TabPane("Options", id="options"):
-                    yield OptionsForm(self.profile, id="form")
+                    yield OptionsList(self.profile, id="options-list")
                 with TabPane("Resolution", id="resolution"):
                     yield ResolutionView(id="resolution-view")
                 with TabPane("Smoke", id="smoke"):
@@ -146,8 +145,17 @@ class LtxTuiApp(App):
             self._resolve()
 
     def on_ready(self) -> None:
-        if self.capability is None and self.probe_live:
-            self._probe()  # after the first frame: importing torch must not delay it
+        self._first_frame = True
+        self._start_probe()
+
+    def _start_probe(self) -> None:
+        """Probe the live capability once the first frame, with the GPUs, is on screen.
+
+        The probe imports torch (about a second, holding the GIL): it must not delay either.
+        """
+        if self.capability is None and self.probe_live and self._first_frame and self._gpus_shown and not self._probing:
+            self._probing = True
+            self.call_after_refresh(self._probe)
 
     def _update_title(self) -> None:
         where = self.profile_path or "default profile (unsaved)"
@@ -177,10 +185,16 @@ class LtxTuiApp(App):
         source = self.capability.source if self.capability else None
         for panel in self.query(GpuPanel):
             panel.show(info, gpus, source)
+        if not self._gpus_shown:
+            self._gpus_shown = True
+            self._start_probe()
 
     def _show_nvml_error(self, message: str) -> None:
         for panel in self.query(GpuPanel):
             panel.show_error(message)
+        if not self._gpus_shown:
+            self._gpus_shown = True
+            self._start_probe()
 
     # --- capability and resolution --------------------------------------------------------
     @work(thread=True, group="probe", exit_on_error=False)
@@ -198,16 +212,36 @@ class LtxTuiApp(App):
         if self.capability is None:
             return
         self.decisions = resolve(self.profile, self.capability)
-        self.query_one(OptionsForm).show(self.decisions, value_marks(self.profile, self.capability))
+        self.query_one(OptionsList).show(self.profile, self.decisions)
         self.query_one(ResolutionView).show(self.decisions)
         self._update_title()
 
-    @on(OptionsForm.Changed)
-    def _option_changed(self, event: OptionsForm.Changed) -> None:
-        if self.profile.get(event.key) == _typed(event.key, event.value):
+    @on(OptionsList.EditRequested)
+    def _edit(self, event: OptionsList.EditRequested) -> None:
+        key = event.key
+        spec = OPTIONS_BY_KEY[key]
+        current = self.profile.get(key)
+
+        def apply(value: Any) -> None:
+            if value is None and spec.kind is not Kind.DEVICES or value is ValueScreen.CANCELLED:
+                return
+            self.set_option(key, value)
+
+        if spec.kind in (Kind.CHOICE, Kind.BOOL):
+            marks = value_marks(self.profile, self.capability, key) if self.capability else {}
+            self.push_screen(ChoiceScreen(spec, current, marks), apply)
+        else:
+            self.push_screen(ValueScreen(spec, current), apply)
+
+    def set_option(self, key: str, value: Any) -> None:
+        """Change one option of the profile and re-resolve."""
+        new = self.profile.replace(**{key: value})
+        if new == self.profile:
             return
-        self.profile = self.profile.replace(**{event.key: event.value})
+        self.profile = new
         self.dirty = True
+        if self.capability is None:
+            self.query_one(OptionsList).show(self.profile, None)
         self._resolve()
         self._update_title()
 
@@ -270,10 +304,6 @@ class LtxTuiApp(App):
                 self.exit()
         self.push_screen(ConfirmScreen("The profile has unsaved changes. Quit without exporting?", "Quit", "Stay"),
                          answered)
-
-
-def _typed(key: str, value: Any) -> Any:
-    return Profile().replace(**{key: value}).get(key)
 
 
 def run(profile_path: str | None, capability: str | None) -> int:

@@ -3,7 +3,7 @@
 import threading
 
 import pytest
-from textual.widgets import DataTable, Input, Select, Static
+from textual.widgets import DataTable, Input, OptionList, Static
 
 from backends import load_profile
 from backends.capability import preset
@@ -11,8 +11,10 @@ from backends.smoke import CheckResult
 from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
 from ltx_tui.app import LtxTuiApp
 from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.edit import ChoiceScreen, ValueScreen
 from ltx_tui.screens.export import ExportScreen
 from ltx_tui.screens.help import HelpScreen
+from ltx_tui.widgets.options_list import OptionsList
 from test_profile import BROKEN
 
 
@@ -28,17 +30,28 @@ def table_row(app, option):
     return [str(c) for c in table.get_row(option)]
 
 
-async def choose(pilot, key, value):
-    """Open the select of option `key` with the keyboard and pick `value`."""
-    select = pilot.app.query_one(f"#opt-{key.replace('.', '-').replace('_', '-')}", Select)
-    select.focus()
-    await pilot.press("enter")
-    options = [v for _, v in select._options]
-    current = options.index(select.value)
-    target = options.index(value)
-    await pilot.press(*(["down"] * (target - current) if target > current else ["up"] * (current - target)))
+async def edit(pilot, key):
+    """Highlight option `key` in the list and press enter."""
+    options = pilot.app.query_one(OptionsList)
+    options.focus()
+    options.highlighted = options.get_option_index(key)
     await pilot.press("enter")
     await pilot.pause()
+
+
+async def choose(pilot, key, value):
+    """Open option `key` and pick `value` with the keyboard."""
+    await edit(pilot, key)
+    values = pilot.app.screen.query_one("#values", OptionList)
+    target = values.get_option_index(value)
+    steps = target - values.highlighted
+    await pilot.press(*(["down"] * steps if steps > 0 else ["up"] * -steps), "enter")
+    await pilot.pause()
+
+
+def entry(app, key):
+    options = app.query_one(OptionsList)
+    return str(options.get_option(key).prompt)
 
 
 async def test_changing_an_option_re_resolves():
@@ -51,39 +64,53 @@ async def test_changing_an_option_re_resolves():
         assert row[0] == "error" and "8.9" in row[3]
         assert app.profile.transformer.quantization.value == "fp8-scaled-mm"
         assert "1 error" in app.sub_title and "*" in app.sub_title
-        status = app.query_one("#opt-transformer-quantization-status", Static)
-        assert "error" in str(status.render())
+        assert "fp8-scaled-mm  → unused  error" in entry(app, "transformer.quantization")
 
 
 async def test_impossible_values_stay_visible_and_marked():
     app = make_app("a100")
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        select = app.query_one("#opt-transformer-quantization", Select)
-        labels = {v: str(label) for label, v in select._options}
+        await edit(pilot, "transformer.quantization")
+        assert isinstance(app.screen, ChoiceScreen)
+        values = app.screen.query_one("#values", OptionList)
+        labels = {o.id: str(o.prompt) for o in values.options}
         assert set(labels) == {"none", "fp8-cast", "fp8-scaled-mm", "nvfp4-cast", "nvfp4-prequant",
                                "fp8-blockwise", "int8-w8a8"}
-        assert "✗" in labels["fp8-scaled-mm"] and "8.9" in labels["fp8-scaled-mm"]
-        assert "✗" not in labels["fp8-cast"]
-        modes = {v: str(label) for label, v in app.query_one("#opt-compile-mode", Select)._options}
-        assert "✗" not in modes["reduce-overhead"]  # compile is off: unused, not an error
-        assert app.query_one("#opt-transformer-quantization", Select).value == "none"
+        assert "✗ error" in labels["fp8-scaled-mm"] and "SM >= 8.9" in labels["fp8-scaled-mm"]
+        assert "✓ ok" in labels["fp8-cast"]
+        assert values.highlighted == values.get_option_index("none")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.profile.transformer.quantization.value == "none" and not app.dirty
+        await edit(pilot, "compile.mode")
+        modes = {o.id: str(o.prompt) for o in app.screen.query_one("#values", OptionList).options}
+        assert "error" not in modes["reduce-overhead"]  # compile is off: unused, not an error
 
 
 async def test_invalid_number_is_not_applied():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        box = app.query_one("#opt-offload-gpu-slots", Input)
-        box.focus()
+        await edit(pilot, "offload.gpu_slots")
+        assert isinstance(app.screen, ValueScreen)
+        box = app.screen.query_one("#value", Input)
         box.value = ""
-        await pilot.press("0")
+        await pilot.press("0", "enter")
         await pilot.pause()
-        assert app.profile.offload.gpu_slots == 2
-        assert "not applied" in str(app.query_one("#opt-offload-gpu-slots-status", Static).render())
-        await pilot.press("backspace", "4")
+        assert isinstance(app.screen, ValueScreen)
+        assert "out of range" in str(app.screen.query_one("#value-error", Static).render())
+        await pilot.press("backspace", "4", "enter")
         await pilot.pause()
         assert app.profile.offload.gpu_slots == 4
+        assert "offload.gpu_slots             4" in entry(app, "offload.gpu_slots")
+        await edit(pilot, "parallel.devices")
+        await pilot.press("1", ",", "1", "enter")
+        await pilot.pause()
+        assert "each GPU may appear once" in str(app.screen.query_one("#value-error", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.profile.parallel.devices is None
 
 
 async def test_export_writes_a_profile_that_loads_back(tmp_path):
@@ -237,14 +264,13 @@ async def test_broken_profile_shows_the_error_instead_of_crashing():
         assert app.profile == load_profile(BROKEN.parent / "good" / "empty.toml")
 
 
-async def test_profile_is_loaded_into_the_controls():
+async def test_profile_is_loaded_into_the_list():
     path = BROKEN.parent / "good" / "every_key.toml"
     app = make_app(profile_path=str(path))
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        assert app.query_one("#opt-compile-mode", Select).value == "max-autotune-no-cudagraphs"
-        assert app.query_one("#opt-memory-max-batch-size", Input).value == "4"
-        assert app.query_one("#opt-parallel-devices", Input).value == "0"
+        assert "max-autotune-no-cudagraphs" in entry(app, "compile.mode")
+        assert "memory.max_batch_size         4" in entry(app, "memory.max_batch_size")
         assert app.dirty is False
 
 

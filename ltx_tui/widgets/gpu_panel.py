@@ -69,7 +69,7 @@ class GpuPanel(VerticalScroll):
     """GPUs from NVML, refreshed by the app; a notice when there is no driver or GPU."""
 
     BORDER_TITLE = "GPUs"
-
+    can_focus = False  # display only; keyboard focus stays with the options
     def compose(self) -> ComposeResult:
         yield Static("reading NVML…", classes="gpu-notice")
         yield Vertical(classes="gpu-rows")

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from backends.rules import Decision, Status, summarize
-from ltx_tui.widgets.options_form import STATUS_STYLE
+from ltx_tui.widgets.options_list import STATUS_STYLE
 
 
 def _plain(v) -> str:

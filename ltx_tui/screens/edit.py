@@ -1,0 +1,116 @@
+"""Editing one option: a list of values (each marked if it cannot run here), or a typed value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from backends.options import Kind, OptionSpec
+from backends.rules import Status
+from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, show_value
+
+
+def value_prompt(value: str, mark: tuple[Status, str] | None) -> Text:
+    text = Text(value, style="bold")
+    if mark is not None:
+        status, why = mark
+        text.append(f"  {MARK[status] or '✓'} {status.value}", style=STATUS_STYLE[status])
+        text.append(f"\n   {why}", style="dim")
+    return text
+
+
+class ChoiceScreen(ModalScreen[Any]):
+    """Pick one value; dismisses with it (typed: bool for switches) or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, spec: OptionSpec, current: Any, marks: dict[str, tuple[Status, str]]) -> None:
+        super().__init__()
+        self.spec, self.current, self.marks = spec, show_value(current), marks
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.spec.key, style="bold"))
+            yield Static(Text(self.spec.help, style="italic"))
+            yield Static(Text("What each value would resolve to here, with the rest of the profile as it is:",
+                              style="dim"))
+            values = choice_values(self.spec)
+            yield OptionList(*(Option(value_prompt(v, self.marks.get(v)), id=v) for v in values), id="values")
+
+    def on_mount(self) -> None:
+        values = self.query_one("#values", OptionList)
+        values.highlighted = choice_values(self.spec).index(self.current)
+        values.focus()
+
+    @on(OptionList.OptionSelected, "#values")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        value = event.option_id
+        self.dismiss(value == "true" if self.spec.kind is Kind.BOOL else value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+def parse_value(spec: OptionSpec, text: str) -> Any:
+    """The typed value of `text` for a numeric or device-list option; ValueError says what is wrong."""
+    text = text.strip()
+    if spec.kind is Kind.DEVICES:
+        items = [t.strip() for t in text.strip("[]").split(",") if t.strip()]
+        if not items:
+            return None
+        if not all(t.isdigit() for t in items):
+            raise ValueError(f"expected {spec.allowed()}")
+        devices = tuple(int(t) for t in items)
+        if len(set(devices)) != len(devices):
+            raise ValueError("each GPU may appear once")
+        return devices
+    try:
+        value = int(text) if spec.kind is Kind.INT else float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not {spec.allowed()}") from None
+    low = spec.minimum is not None and (value <= spec.minimum if spec.exclusive_minimum else value < spec.minimum)
+    if low or (spec.maximum is not None and value > spec.maximum) or value != value:
+        raise ValueError(f"{text} is out of range: expected {spec.allowed()}")
+    return value
+
+
+class ValueScreen(ModalScreen[Any]):
+    """Type a number or a device list; enter applies a valid value, escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    CANCELLED = object()
+
+    def __init__(self, spec: OptionSpec, current: Any) -> None:
+        super().__init__()
+        self.spec, self.current = spec, current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.spec.key, style="bold"))
+            yield Static(Text(f"{self.spec.help}\nAllowed: {self.spec.allowed()}"
+                              + (" (empty for the default)" if self.spec.optional else ""), style="italic"))
+            yield Input(value="" if self.current is None else show_value(self.current), id="value")
+            yield Static("", id="value-error")
+
+    def on_mount(self) -> None:
+        self.query_one("#value", Input).focus()
+
+    @on(Input.Submitted, "#value")
+    def _submitted(self, event: Input.Submitted) -> None:
+        try:
+            value = parse_value(self.spec, event.value)
+        except ValueError as e:
+            self.query_one("#value-error", Static).update(Text(f"not applied: {e}", style="red"))
+            return
+        self.dismiss(value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(self.CANCELLED)
