@@ -66,7 +66,8 @@ def quantize_rows(x: torch.Tensor, dtype: torch.dtype = torch.int8) -> tuple[tor
 def _configs():
     out = []
     for bm, bn, bk, warps, stages in ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
-                                      (128, 128, 128, 4, 4), (128, 256, 64, 8, 4), (64, 128, 128, 4, 4)):
+                                      (128, 128, 128, 4, 4), (128, 256, 64, 8, 4), (64, 128, 128, 4, 4),
+                                      (128, 256, 128, 8, 4), (256, 128, 128, 8, 4), (128, 128, 256, 8, 3)):
         out.append(triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_warps=warps, num_stages=stages))
     return out
 

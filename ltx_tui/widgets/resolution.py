@@ -22,6 +22,9 @@ def reason(d: Decision) -> str:
         else d.chain[0].reason
 
 
+SEVERITY = {Status.ERROR: 0, Status.FALLBACK: 1, Status.WARNING: 2, Status.OK: 3}
+
+
 def detail_text(d: Decision) -> Text:
     """The whole chain of one decision, for the line under the table."""
     text = Text(f"{d.option}: ", style="bold")
@@ -61,6 +64,7 @@ class ResolutionView(Vertical):
         row = table.cursor_row
         table.clear()
         self._decisions = {d.option: d for d in decisions}
+        decisions = sorted(decisions, key=lambda d: SEVERITY[d.status])  # problems first, then vocabulary order
         for d in decisions:
             table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), d.option,
                           f"{_plain(d.requested)} → {_plain(d.effective)}", reason(d), key=d.option)
