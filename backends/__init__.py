@@ -1,14 +1,31 @@
-"""ltx-tui's backend runtime: options, capability probe, rules, profiles.
+"""ltx-tui's backend runtime: options, capability probe, rules, profiles, and applying them.
 
-Never imports textual. Importing this package does not import torch.
+Never imports textual. Importing this package does not import torch: the parts that need it
+(`apply_env`, `apply_profile`, `na3d`, `NeighborhoodAttention3D`, ...) load on first use.
 """
+
+from importlib import import_module
 
 from backends.capability import Capability, CapabilityError, load_capability, preset, probe
 from backends.options import Profile
 from backends.profile import ProfileError, load as load_profile, read as read_profile, save as save_profile
 from backends.rules import Decision, Status, exit_code, resolve, summarize
 
+_LAZY = {
+    "apply_env": "backends.apply", "apply_profile": "backends.apply", "ApplyReport": "backends.apply",
+    "ProfileNotRunnable": "backends.apply", "na3d": "backends.attention", "available_backends": "backends.attention",
+    "NeighborhoodAttention3D": "backends.modules", "quantize_linears": "backends.quant",
+    "ltx_args": "backends.ltx_args",
+}
+
 __all__ = [
     "Capability", "CapabilityError", "Decision", "Profile", "ProfileError", "Status", "exit_code",
     "load_capability", "load_profile", "preset", "probe", "read_profile", "resolve", "save_profile", "summarize",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'backends' has no attribute {name!r}")

@@ -109,7 +109,8 @@ def _na_backend(decisions: dict[str, Decision]) -> str:
     return na
 
 
-def _compile_kwargs(profile: Profile) -> dict:
+def compile_kwargs(profile: Profile) -> dict:
+    """torch.compile keyword arguments for the profile's [compile] table."""
     c = profile.compile
     kwargs: dict = {"backend": c.backend.value, "fullgraph": c.fullgraph,
                     "dynamic": {"auto": None, "true": True, "false": False}[c.dynamic.value]}
@@ -184,7 +185,7 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
 
     c = profile.compile
     if c.enabled:
-        kwargs = _compile_kwargs(profile)
+        kwargs = compile_kwargs(profile)
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
         report.add("compile.enabled", "compiled", f"torch.compile per block of {where}: "

@@ -351,15 +351,14 @@ class _Resolver:
     def unused(self, key: str, reason: str) -> None:
         self.put(key, None, Status.OK, [Step(None, f"unused: {reason}")])
 
-    def require(self, key: str, ids: Iterable[str], ok_reason: str, status: Status = Status.ERROR) -> bool:
-        """Ok if every rule holds, else `status` with the first failing rule's message."""
+    def require(self, key: str, ids: Iterable[str], ok_reason: str) -> bool:
+        """Ok if every rule holds, else an error with the first failing rule's message."""
         failed = self.failing(ids)
         if not failed:
             self.ok(key, ok_reason, rules=ids)
             return True
         rule = failed[0]
-        effective = None if status is Status.ERROR else self.p.get(key)
-        self.put(key, effective, status, [Step(_plain(self.p.get(key)), rule.message(self.f))],
+        self.put(key, None, Status.ERROR, [Step(_plain(self.p.get(key)), rule.message(self.f))],
                  [r.id for r in failed], rule.message(self.f), rule.remedy)
         return False
 

@@ -161,7 +161,7 @@ def _check_linear(device: str, method: str) -> tuple[float, float]:
 def _check_compile(device: str, profile: dict) -> tuple[float, float]:
     import torch
 
-    from backends.apply import _compile_kwargs
+    from backends.apply import compile_kwargs
     from backends.modules import NABlock
     from backends.profile import parse
 
@@ -169,7 +169,7 @@ def _check_compile(device: str, profile: dict) -> tuple[float, float]:
     block = NABlock(128, (3, 3, 3), 64, backend="eager_sdpa").to(device)
     x = torch.randn(1, 4, 6, 6, 128, device=device)
     ref = block(x)
-    compiled = torch.compile(block, **_compile_kwargs(p))
+    compiled = torch.compile(block, **compile_kwargs(p))
     out = compiled(x)
     out = compiled(x)
     return _max_err(out, ref), 1e-3

@@ -173,3 +173,17 @@ def test_presets_can_configure_for_another_machine_but_not_run_here(tmp_path):
     model, _ = model_and_input()
     with pytest.raises(ProfileNotRunnable, match="SM >= 8.9"):
         apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-scaled-mm"\n'), preset("h100"))
+
+
+def test_top_level_api_loads_lazily(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, backends; assert 'torch' not in sys.modules; "
+            "assert callable(backends.apply_profile) and callable(backends.apply_env); "
+            "assert backends.NeighborhoodAttention3D.__name__ == 'NeighborhoodAttention3D'; "
+            "assert callable(backends.na3d) and callable(backends.load_profile)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        import backends
+        backends.nope
