@@ -2,7 +2,8 @@
 
 `apply_profile` resolves the profile against the live capability (as seen from the model's
 device), refuses options that cannot run with the rule's message, then installs: the NA
-backend on every module with `attention_function` and `kernel_size`, quantized linears,
+backend on every module with `attention_function` and `kernel_size`, the dense attention on
+every module with `attention_function` and no `kernel_size`, quantized linears,
 weight streaming for offload, and torch.compile per block. Every option appears in the
 report, including those the runtime leaves to the LTX-2 pipeline.
 """
@@ -18,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from backends.attention import implementation
+from backends.dense_attention import attention_function
 from backends.capability import Capability, probe
 from backends.offload import BlockStreamer
 from backends.options import OffloadMode, Profile, Quantization
@@ -28,7 +30,6 @@ ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 # Options apply_profile leaves to the LTX-2 pipeline / launcher, and why.
 PIPELINE_OPTIONS = {
     "diffvae.mode": "decode chunking is the pipeline's (--diffvae-optimization; see --ltx-args)",
-    "transformer.attention": "ltx-tui's runtime does not replace dense attention; the pipeline picks it",
     "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
     "transformer.sla_topk": "used by TurboDiffusion's sparse attention only",
     "transformer.fast_norm": "fused norms are TurboDiffusion's; ltx-tui's runtime does not install them",
@@ -154,6 +155,17 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
     kernel = decisions["diffvae.natten_kernel"].effective
     report.add("diffvae.natten_kernel", "installed" if kernel and na_modules else "unused",
                kernel or decisions["diffvae.natten_kernel"].chain[-1].reason)
+
+    attention = decisions["transformer.attention"].effective
+    dense_modules = [n for n, m in model.named_modules() if hasattr(m, "attention_function")
+                     and not hasattr(m, "kernel_size")]
+    if dense_modules:
+        function = attention_function(attention)
+        for name in dense_modules:
+            model.get_submodule(name).attention_function = function
+    report.add("transformer.attention", "installed" if dense_modules else "no target",
+               f"{attention} ({decisions['transformer.attention'].chain[-1].reason})" if dense_modules
+               else "no module with attention_function and no kernel_size", dense_modules)
 
     q = profile.transformer.quantization
     if profile.parallel.gpus > 1 and q is not Quantization.FP8_CAST:

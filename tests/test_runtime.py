@@ -187,3 +187,29 @@ def test_top_level_api_loads_lazily(tmp_path):
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         import backends
         backends.nope
+
+
+def test_dense_attention_from_profile(tmp_path, cpu_cap):
+    from backends.dense_attention import DenseAttention
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(DenseAttention(128), DenseAttention(128))
+    x = torch.randn(2, 10, 128)
+    ref = model(x)
+    report = apply_profile(model, write(tmp_path, '[transformer]\nattention = "sdpa_math"\n'), cpu_cap)
+    change = next(c for c in report.changes if c.option == "transformer.attention")
+    assert change.action == "installed" and change.modules == ("0", "1") and "sdpa_math" in change.detail
+    torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ProfileNotRunnable, match="FlashAttention 3 needs SM 9.x"):
+        apply_profile(model, write(tmp_path, '[transformer]\nattention = "flash_attention_3"\n'), cpu_cap)
+
+
+def test_flash_attention_without_its_package_says_so():
+    from backends.dense_attention import AttentionUnavailable, attention_function
+
+    with pytest.raises(AttentionUnavailable, match="flash_attn_interface, which is not importable"):
+        attention_function("flash_attention_3")
+    q = torch.randn(1, 7, 2, 16)
+    out = attention_function("sdpa_math")(q, q, q, is_causal=True)
+    want = torch.nn.functional.scaled_dot_product_attention(*(q.transpose(1, 2),) * 3, is_causal=True)
+    torch.testing.assert_close(out, want.transpose(1, 2))

@@ -167,3 +167,18 @@ def test_check_smoke_on_gpu(tmp_path, capsys, toml, expected):
     assert [r["name"] for r in doc["smoke"]] == expected
     assert all(r["status"] == "pass" for r in doc["smoke"]), doc["smoke"]
     assert code == 0
+
+
+@pytest.mark.parametrize("attention", ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "automatic"])
+def test_dense_attention_backends_on_cuda(tmp_path, cap, attention):
+    from backends.dense_attention import DenseAttention
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(DenseAttention(256), DenseAttention(256)).to("cuda", torch.bfloat16)
+    x = torch.randn(2, 300, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = model(x).float()
+        report = apply_profile(model, profile(tmp_path, f'[transformer]\nattention = "{attention}"\n'), cap)
+        assert next(c for c in report.changes if c.option == "transformer.attention").action == "installed"
+        out = model(x).float()
+    assert (out - ref).abs().max().item() < 2e-2
