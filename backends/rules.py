@@ -430,7 +430,7 @@ class _Resolver:
                              ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
                              RULES["natten.usable"].remedy)
                     return
-            self.unused(key, f"the NA backend is {na}")
+            self.unused(key, f"the NA backend is {na}" if na else "the NA backend cannot run (see diffvae.na_backend)")
             return
         candidates = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
         chain = []
