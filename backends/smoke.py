@@ -194,11 +194,16 @@ def _check_offload(device: str, mode: str, gpu_slots: int, prefetch: int) -> tup
 
 
 def _check_nccl(devices: list[int]) -> tuple[float, float]:
+    import socket
+
     import torch.multiprocessing as mp
 
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_nccl_rank, args=(r, devices, queue)) for r in range(len(devices))]
+    procs = [ctx.Process(target=_nccl_rank, args=(r, devices, port, queue)) for r in range(len(devices))]
     for p in procs:
         p.start()
     errs = [queue.get(timeout=90) for _ in procs]
@@ -207,13 +212,13 @@ def _check_nccl(devices: list[int]) -> tuple[float, float]:
     return max(errs), 0.0
 
 
-def _nccl_rank(rank: int, devices: list[int], queue) -> None:
+def _nccl_rank(rank: int, devices: list[int], port: int, queue) -> None:
     import os
 
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(devices[rank])
     dist.init_process_group("nccl", rank=rank, world_size=len(devices))
     t = torch.full((1024,), float(rank + 1), device="cuda")
