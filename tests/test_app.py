@@ -316,3 +316,20 @@ def test_snapshot_80x24(snap_compare):
 def test_snapshot_160x50(snap_compare, monkeypatch):
     monkeypatch.chdir(BROKEN.parent / "good")  # the title shows the path: keep it the same in every checkout
     assert snap_compare(make_app(profile_path="every_key.toml"), terminal_size=(160, 50))
+
+
+def test_sparkline_keeps_a_fixed_scale():
+    from ltx_tui.widgets.gpu_panel import sparkline
+
+    assert str(sparkline([0, 50, 100], width=5)) == "   ▄█"
+    assert str(sparkline([0] * 3, width=3)) == "   "  # idle stays low, not a full bar
+    assert str(sparkline([0.5], width=1)) == "▁"  # anything above zero shows
+    assert len(str(sparkline(range(100), width=60))) == 60
+
+
+async def test_gpu_history_grows_with_each_reading():
+    app = make_app(poll_interval=0.05)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.6)
+        row = app.query("#tab-gpu GpuRow").first()
+        assert 3 <= len(row.util) <= 60

@@ -6,12 +6,19 @@ from collections import deque
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Label, Sparkline, Static
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static
 
 from backends.capability import GPU, NvmlInfo
 
 HISTORY = 60  # samples, about one a second
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values, width: int = HISTORY) -> Text:
+    """Percentages (0-100, fixed scale) as a row of bars, newest on the right."""
+    cells = [BARS[min(8, max(1 if v > 0 else 0, round(v / 100 * 8)))] for v in list(values)[-width:]]
+    return Text("".join(cells).rjust(width, " "), style="cyan")
 
 
 def _bar(used: int | None, total: int | None, width: int = 12) -> Text:
@@ -40,7 +47,7 @@ def gpu_text(g: GPU) -> Text:
 
 
 class GpuRow(Vertical):
-    """One GPU: its readings and two sparklines (utilisation, memory)."""
+    """One GPU: its readings and two sparklines of the last minute (utilisation, memory %)."""
 
     def __init__(self, index: int) -> None:
         super().__init__(classes="gpu-row")
@@ -50,19 +57,16 @@ class GpuRow(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(classes="gpu-info")
-        with Horizontal(classes="gpu-spark"):
-            yield Label("util ")
-            yield Sparkline([], classes="util")
-            yield Label(" mem ")
-            yield Sparkline([], classes="mem")
+        yield Static(classes="gpu-spark")
 
     def show(self, gpu: GPU) -> None:
         self.util.append(float(gpu.utilization or 0))
         used, total = gpu.memory_used or 0, gpu.memory_total or 0
         self.mem.append(100.0 * used / total if total else 0.0)
         self.query_one(".gpu-info", Static).update(gpu_text(gpu))
-        self.query_one(".util", Sparkline).data = list(self.util)
-        self.query_one(".mem", Sparkline).data = list(self.mem)
+        width = max(8, (self.size.width - 12) // 2) if self.size.width else 24
+        self.query_one(".gpu-spark", Static).update(
+            Text("util ") + sparkline(self.util, width) + Text("  mem ") + sparkline(self.mem, width))
 
 
 class GpuPanel(VerticalScroll):
