@@ -7,7 +7,7 @@ from pathlib import Path
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -36,7 +36,8 @@ class ExportScreen(ModalScreen[Path | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Save (enter)", variant="primary", id="save")
                 yield Button("Close (esc)", id="close")
-            yield Static("", id="ltx-args")
+            with VerticalScroll(id="ltx-args-scroll"):
+                yield Static("", id="ltx-args")
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).focus()
