@@ -238,7 +238,7 @@ async def test_quit_without_changes_does_not_ask():
 async def test_start_without_gpu_shows_a_notice():
     app = make_app("cpu", nvml_module=FakeNvml(init_error=NVMLError_LibraryNotFound("no lib")))
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await wait_for(pilot, lambda: "No GPU" in str(app.query_one("#tab-gpu .gpu-notice", Static).render()))
         notice = str(app.query_one("#tab-gpu .gpu-notice", Static).render())
         assert "No GPU here: NVML library not found" in notice
         assert "preset:cpu" in notice
@@ -287,10 +287,16 @@ async def test_poller_never_overlaps():
         active[0] -= 1
         return original()
 
-    nvml.nvmlDeviceGetCount = slow_count
+    calls = [0]
+
+    def counted():
+        calls[0] += 1
+        return slow_count()
+
+    nvml.nvmlDeviceGetCount = counted
     app = make_app(nvml_module=nvml, poll_interval=0.02)
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause(0.6)
+        await wait_for(pilot, lambda: calls[0] >= 3)  # ticks every 20 ms, each read takes 150 ms
         assert peak[0] == 1
 
 
