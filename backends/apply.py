@@ -94,6 +94,21 @@ def find_blocks(model: nn.Module) -> tuple[str, list[nn.Module]]:
     return "", [model]
 
 
+def _install_attention(model: nn.Module, make_function, *, neighborhood: bool) -> list[str]:
+    """Set `attention_function` on the modules of one protocol; returns their names.
+
+    Neighborhood modules also carry `kernel_size`; dense ones do not. `make_function` is
+    called only when some module needs it, so a missing package fails only then.
+    """
+    names = [n for n, m in model.named_modules()
+             if hasattr(m, "attention_function") and hasattr(m, "kernel_size") == neighborhood]
+    if names:
+        function = make_function()
+        for name in names:
+            model.get_submodule(name).attention_function = function
+    return names
+
+
 def _model_device(model: nn.Module) -> torch.device:
     for t in model.parameters():
         return t.device
@@ -145,10 +160,7 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
                f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF, '')!r}")
 
     backend = _na_backend(decisions)
-    na_modules = [n for n, m in model.named_modules() if hasattr(m, "attention_function") and hasattr(m, "kernel_size")]
-    function = implementation(backend)
-    for name in na_modules:
-        model.get_submodule(name).attention_function = function
+    na_modules = _install_attention(model, lambda: implementation(backend), neighborhood=True)
     report.add("diffvae.na_backend", "installed" if na_modules else "no target",
                f"na3d backend {backend} ({decisions['diffvae.na_backend'].chain[-1].reason})"
                if na_modules else "no module with attention_function and kernel_size", na_modules)
@@ -157,12 +169,7 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
                kernel or decisions["diffvae.natten_kernel"].chain[-1].reason)
 
     attention = decisions["transformer.attention"].effective
-    dense_modules = [n for n, m in model.named_modules() if hasattr(m, "attention_function")
-                     and not hasattr(m, "kernel_size")]
-    if dense_modules:
-        function = attention_function(attention)
-        for name in dense_modules:
-            model.get_submodule(name).attention_function = function
+    dense_modules = _install_attention(model, lambda: attention_function(attention), neighborhood=False)
     report.add("transformer.attention", "installed" if dense_modules else "no target",
                f"{attention} ({decisions['transformer.attention'].chain[-1].reason})" if dense_modules
                else "no module with attention_function and no kernel_size", dense_modules)
@@ -200,8 +207,9 @@ def apply_profile(model: nn.Module, profile: Profile, capability: Capability | N
         kwargs = compile_kwargs(profile)
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
+        names = [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [type(model).__name__]
         report.add("compile.enabled", "compiled", f"torch.compile per block of {where}: "
-                   + ", ".join(f"{k}={v}" for k, v in kwargs.items()), [f"{blocks_name}.{i}" for i in range(len(blocks))])
+                   + ", ".join(f"{k}={v}" for k, v in kwargs.items()), names)
     else:
         report.add("compile.enabled", "kept", "eager")
 
