@@ -13,6 +13,16 @@ EPILOG = """exit codes (--check):
 """
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0 seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from backends.profile import TOOL_VERSION
 
@@ -30,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="with --check: fallbacks and warnings exit 1")
     parser.add_argument("--smoke", action="store_true",
                         help="with --check: also run the smoke checks (each in a subprocess); a failure exits 1")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    parser.add_argument("--timeout", type=_seconds, default=120.0, metavar="S",
                         help="with --smoke: seconds each check may take (default 120)")
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")

@@ -109,6 +109,12 @@ def test_capability_file_from_check_json(capsys, tmp_path):
     assert code == 0
 
 
+def test_app_needs_a_terminal(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert main([]) == 2
+    assert "needs a terminal" in capsys.readouterr().err
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--check", "--bogus"])
@@ -116,6 +122,9 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--json"])
     assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["--check", "--smoke", "--timeout", "-1"])
+    assert info.value.code == 2 and "must be > 0" in capsys.readouterr().err
 
 
 def test_list_capabilities(capsys):
