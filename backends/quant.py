@@ -40,7 +40,6 @@ class _QuantLinear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.compute_dtype = linear.weight.dtype
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
     def extra_repr(self) -> str:

@@ -168,18 +168,20 @@ def natten_kernels(cap: Capability, dtype: str = "bf16", head_dim: int = 64) -> 
     return {k.value: natten_kernel_check(k, f) for k in NATTEN_AUTO_ORDER}
 
 
-def _natten_usable(f: Facts) -> bool:
+def _natten_candidates(f: Facts) -> tuple[NattenKernel, ...]:
+    """The NATTEN kernels the profile allows, in NATTEN's own order for `auto`."""
     kernel = f.profile.diffvae.natten_kernel
-    kernels = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
-    return any(natten_kernel_check(k, f).available for k in kernels)
+    return NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
+
+
+def _natten_usable(f: Facts) -> bool:
+    return any(natten_kernel_check(k, f).available for k in _natten_candidates(f))
 
 
 def _natten_why(f: Facts) -> str:
     if not f.has("natten"):
         return f"natten is not importable ({f.why_not('natten')})"
-    kernel = f.profile.diffvae.natten_kernel
-    kernels = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
-    return "; ".join(f"{k.value}: {natten_kernel_check(k, f).reason}" for k in kernels)
+    return "; ".join(f"{k.value}: {natten_kernel_check(k, f).reason}" for k in _natten_candidates(f))
 
 
 # --- The rules table ------------------------------------------------------------------------
@@ -432,9 +434,8 @@ class _Resolver:
                     return
             self.unused(key, f"the NA backend is {na}" if na else "the NA backend cannot run (see diffvae.na_backend)")
             return
-        candidates = NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
         chain = []
-        for k in candidates:
+        for k in _natten_candidates(self.f):
             check = natten_kernel_check(k, self.f)
             if not check.available:
                 chain.append(Step(k.value, check.reason))

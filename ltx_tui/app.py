@@ -27,12 +27,12 @@ from backends.options import OPTIONS_BY_KEY, Kind, Profile
 from backends.rules import Decision, Status, resolve, summarize
 from backends.smoke import CheckResult, CheckSpec, plan, run_all
 from ltx_tui.screens.confirm import ConfirmScreen
-from ltx_tui.screens.edit import ChoiceScreen, ValueScreen
+from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
 from ltx_tui.screens.export import ExportScreen
 from ltx_tui.screens.help import HelpScreen
 from ltx_tui.widgets.backends_panel import BackendsPanel
 from ltx_tui.widgets.gpu_panel import GpuPanel
-from ltx_tui.widgets.options_list import OptionsList, choice_values
+from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
 from ltx_tui.widgets.resolution import ResolutionView
 from ltx_tui.widgets.smoke_panel import SmokePanel
 
@@ -52,8 +52,7 @@ def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str,
     spec = OPTIONS_BY_KEY[key]
     marks = {}
     for value in choice_values(spec):
-        typed = value == "true" if spec.kind is Kind.BOOL else value
-        d = next(x for x in resolve(profile.replace(**{key: typed}), cap) if x.option == key)
+        d = next(x for x in resolve(profile.replace(**{key: typed_choice(spec, value)}), cap) if x.option == key)
         marks[value] = (d.status, d.chain[-1].reason)
     return marks
 
@@ -223,7 +222,7 @@ class LtxTuiApp(App):
         current = self.profile.get(key)
 
         def apply(value: Any) -> None:
-            if value is None and spec.kind is not Kind.DEVICES or value is ValueScreen.CANCELLED:
+            if value is CANCELLED:
                 return
             self.set_option(key, value)
 

@@ -17,6 +17,7 @@ from backends import capability as capmod
 from backends import profile as profmod
 from backends.options import SCHEMA_VERSION, Profile
 from backends.rules import Decision, Status, exit_code, resolve, summarize
+from ltx_tui.format import show_value
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -74,14 +75,6 @@ def package_line(p: capmod.Package) -> str:
     return f"{head} yes  {'; '.join(notes)}".rstrip()
 
 
-def _value(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
-
-
 def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str], decisions: list[Decision],
                 colour: bool) -> str:
     paint = _colour(colour)
@@ -111,13 +104,13 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
     width = max(len(d.option) for d in decisions)
     for d in decisions:
         status = paint(f"{d.status.value:<8}", _COLOURS[d.status])
-        line = f"  {status} {d.option:<{width}}  {_value(d.requested)} -> {_value(d.effective)}"
+        line = f"  {status} {d.option:<{width}}  {show_value(d.requested)} -> {show_value(d.effective)}"
         if len(d.chain) == 1 and d.status is Status.OK:
             out.append(f"{line}   {d.chain[0].reason}")
             continue
         out.append(line)
         for step in d.chain:
-            out.append(f"{'':>12}{_value(step.value)}: {step.reason}")
+            out.append(f"{'':>12}{show_value(step.value)}: {step.reason}")
         if d.remedy and d.status is not Status.OK:
             out.append(f"{'':>12}fix: {d.remedy}")
     return "\n".join(out) + "\n"

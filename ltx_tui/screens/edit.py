@@ -15,7 +15,11 @@ from textual.widgets.option_list import Option
 
 from backends.options import Kind, OptionSpec
 from backends.rules import Status
-from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, show_value
+from ltx_tui.format import show_value
+from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, typed_choice
+
+
+CANCELLED = object()  # what both editors dismiss with when nothing was chosen (None is a value)
 
 
 def value_prompt(value: str, mark: tuple[Status, str] | None) -> Text:
@@ -28,7 +32,7 @@ def value_prompt(value: str, mark: tuple[Status, str] | None) -> Text:
 
 
 class ChoiceScreen(ModalScreen[Any]):
-    """Pick one value; dismisses with it (typed: bool for switches) or None when cancelled."""
+    """Pick one value; dismisses with it (typed: bool for switches) or CANCELLED."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
@@ -53,10 +57,10 @@ class ChoiceScreen(ModalScreen[Any]):
     @on(OptionList.OptionSelected, "#values")
     def _picked(self, event: OptionList.OptionSelected) -> None:
         value = event.option_id
-        self.dismiss(value == "true" if self.spec.kind is Kind.BOOL else value)
+        self.dismiss(typed_choice(self.spec, value))
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        self.dismiss(CANCELLED)
 
 
 def parse_value(spec: OptionSpec, text: str) -> Any:
@@ -83,10 +87,9 @@ def parse_value(spec: OptionSpec, text: str) -> Any:
 
 
 class ValueScreen(ModalScreen[Any]):
-    """Type a number or a device list; enter applies a valid value, escape cancels."""
+    """Type a number or a device list; enter applies a valid value (None: the default), escape cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
-    CANCELLED = object()
 
     def __init__(self, spec: OptionSpec, current: Any) -> None:
         super().__init__()
@@ -113,4 +116,4 @@ class ValueScreen(ModalScreen[Any]):
         self.dismiss(value)
 
     def action_cancel(self) -> None:
-        self.dismiss(self.CANCELLED)
+        self.dismiss(CANCELLED)

@@ -13,6 +13,7 @@ from textual.widgets.option_list import Option
 
 from backends.options import OPTIONS, OPTIONS_BY_KEY, Kind, OptionSpec, Profile
 from backends.rules import Decision, Status
+from ltx_tui.format import show_value
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DiffVAE decoder", ("diffvae.mode", "diffvae.na_backend", "diffvae.natten_kernel")),
@@ -31,21 +32,14 @@ STATUS_STYLE = {Status.OK: "green", Status.FALLBACK: "yellow", Status.WARNING: "
 MARK = {Status.OK: "", Status.FALLBACK: "↓", Status.WARNING: "!", Status.ERROR: "✗"}
 
 
-def show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value))
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 def choice_values(spec: OptionSpec) -> list[str]:
     """The values offered for a choice or boolean option, as strings."""
     return ["true", "false"] if spec.kind is Kind.BOOL else [c.value for c in spec.choices]
+
+
+def typed_choice(spec: OptionSpec, value: str) -> Any:
+    """A value of `choice_values(spec)` as the profile takes it (bool for a boolean option)."""
+    return value == "true" if spec.kind is Kind.BOOL else value
 
 
 def row_text(spec: OptionSpec, value: Any, decision: Decision | None) -> Text:

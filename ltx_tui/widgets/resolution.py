@@ -8,17 +8,14 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from backends.rules import Decision, Status, summarize
+from ltx_tui.format import show_value
 from ltx_tui.widgets.options_list import STATUS_STYLE
-
-
-def _plain(v) -> str:
-    return "-" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def reason(d: Decision) -> str:
     if d.status is not Status.OK and d.message:
         return d.message + (f"  fix: {d.remedy}" if d.remedy else "")
-    return " ← ".join(f"{_plain(s.value)}: {s.reason}" for s in reversed(d.chain)) if len(d.chain) > 1 \
+    return " ← ".join(f"{show_value(s.value)}: {s.reason}" for s in reversed(d.chain)) if len(d.chain) > 1 \
         else d.chain[0].reason
 
 
@@ -28,9 +25,9 @@ SEVERITY = {Status.ERROR: 0, Status.FALLBACK: 1, Status.WARNING: 2, Status.OK: 3
 def detail_text(d: Decision) -> Text:
     """The whole chain of one decision, for the line under the table."""
     text = Text(f"{d.option}: ", style="bold")
-    text.append(f"{_plain(d.requested)} → {_plain(d.effective)} ({d.status.value})", style=STATUS_STYLE[d.status])
+    text.append(f"{show_value(d.requested)} → {show_value(d.effective)} ({d.status.value})", style=STATUS_STYLE[d.status])
     for step in d.chain:
-        text.append(f"\n  {_plain(step.value)}: {step.reason}")
+        text.append(f"\n  {show_value(step.value)}: {step.reason}")
     if d.remedy and d.status is not Status.OK:
         text.append(f"\n  fix: {d.remedy}", style="italic")
     if d.rules:
@@ -67,7 +64,7 @@ class ResolutionView(Vertical):
         decisions = sorted(decisions, key=lambda d: SEVERITY[d.status])  # problems first, then vocabulary order
         for d in decisions:
             table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), d.option,
-                          f"{_plain(d.requested)} → {_plain(d.effective)}", reason(d), key=d.option)
+                          f"{show_value(d.requested)} → {show_value(d.effective)}", reason(d), key=d.option)
         if decisions:
             table.move_cursor(row=min(row, len(decisions) - 1))
             self.query_one("#detail", Static).update(detail_text(decisions[table.cursor_row]))
