@@ -61,6 +61,10 @@ class ApplyReport:
     def add(self, option: str, action: str, detail: str, modules=()) -> None:
         self.changes.append(Change(option, action, detail, tuple(modules)))
 
+    def change(self, option: str) -> Change:
+        """What was done for `option` (every option of the vocabulary has an entry)."""
+        return next(c for c in self.changes if c.option == option)
+
     def __str__(self) -> str:
         width = max((len(c.option) for c in self.changes), default=10)
         lines = []

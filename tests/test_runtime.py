@@ -55,7 +55,7 @@ def test_na_backend_from_profile(tmp_path, cpu_cap, toml, na, tol):
     model, x = model_and_input()
     ref = model(x)
     report = apply_profile(model, write(tmp_path, toml), cpu_cap)
-    change = next(c for c in report.changes if c.option == "diffvae.na_backend")
+    change = report.change("diffvae.na_backend")
     assert change.action == "installed" and len(change.modules) == 2
     if na:
         assert f"backend {na}" in change.detail
@@ -68,7 +68,7 @@ def test_fp8_cast_from_profile(tmp_path, cpu_cap):
     ref = model(x)
     report = apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-cast"\n'
                                                    '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
-    change = next(c for c in report.changes if c.option == "transformer.quantization")
+    change = report.change("transformer.quantization")
     assert change.action == "replaced" and len(change.modules) == 2 * 4  # qkv, proj, 2 mlp per block
     assert all(isinstance(model.get_submodule(n), FP8CastLinear) for n in change.modules)
     out = model(x)
@@ -80,7 +80,7 @@ def test_compile_from_profile(tmp_path, cpu_cap):
     ref = model(x)
     report = apply_profile(model, write(tmp_path, '[compile]\nenabled = true\nbackend = "aot_eager"\n'
                                                    '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
-    change = next(c for c in report.changes if c.option == "compile.enabled")
+    change = report.change("compile.enabled")
     assert change.action == "compiled" and change.modules == ("blocks.0", "blocks.1")
     torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
 
@@ -197,7 +197,7 @@ def test_dense_attention_from_profile(tmp_path, cpu_cap):
     x = torch.randn(2, 10, 128)
     ref = model(x)
     report = apply_profile(model, write(tmp_path, '[transformer]\nattention = "sdpa_math"\n'), cpu_cap)
-    change = next(c for c in report.changes if c.option == "transformer.attention")
+    change = report.change("transformer.attention")
     assert change.action == "installed" and change.modules == ("0", "1") and "sdpa_math" in change.detail
     torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ProfileNotRunnable, match="FlashAttention 3 needs SM 9.x"):

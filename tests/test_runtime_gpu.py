@@ -39,7 +39,7 @@ def test_triton_na_from_profile(tmp_path, cap):
     with torch.no_grad():
         ref = model(x)
         report = apply_profile(model, profile(tmp_path, '[diffvae]\nna_backend = "triton"\n'), cap)
-        assert "backend triton" in next(c.detail for c in report.changes if c.option == "diffvae.na_backend")
+        assert "backend triton" in report.change("diffvae.na_backend").detail
         torch.testing.assert_close(model(x), ref, atol=1e-4, rtol=1e-4)
 
 
@@ -51,7 +51,7 @@ def test_quantized_model_from_profile(tmp_path, cap, method, cls, bound):
         ref = model(x).float()
         report = apply_profile(model, profile(tmp_path, f'[transformer]\nquantization = "{method}"\n'
                                                         '[diffvae]\nna_backend = "triton"\n'), cap)
-        names = next(c.modules for c in report.changes if c.option == "transformer.quantization")
+        names = report.change("transformer.quantization").modules
         assert len(names) == 8 and all(isinstance(model.get_submodule(n), cls) for n in names)
         out = model(x).float()
     assert ((out - ref).abs().max() / ref.abs().max()).item() < bound
@@ -179,6 +179,6 @@ def test_dense_attention_backends_on_cuda(tmp_path, cap, attention):
     with torch.no_grad():
         ref = model(x).float()
         report = apply_profile(model, profile(tmp_path, f'[transformer]\nattention = "{attention}"\n'), cap)
-        assert next(c for c in report.changes if c.option == "transformer.attention").action == "installed"
+        assert report.change("transformer.attention").action == "installed"
         out = model(x).float()
     assert (out - ref).abs().max().item() < 2e-2
