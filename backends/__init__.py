@@ -6,15 +6,16 @@ Never imports textual. Importing this package does not import torch: the parts t
 
 from importlib import import_module
 
-from backends.capability import Capability, CapabilityError, load_capability, preset, probe
-from backends.options import Profile
-from backends.profile import ProfileError, load as load_profile, read as read_profile, save as save_profile
-from backends.rules import Decision, Status, exit_code, resolve, summarize
+from backends.probe.capability import Capability, CapabilityError, probe
+from backends.probe.presets import load_capability, preset
+from backends.config.options import Profile
+from backends.config.profile import ProfileError, load as load_profile, read as read_profile, save as save_profile
+from backends.config.rules import Decision, Status, exit_code, resolve, summarize
 
 _LAZY = {
-    "apply_env": "backends.apply", "apply_profile": "backends.apply", "ApplyReport": "backends.apply",
-    "ProfileNotRunnable": "backends.apply", "na3d": "backends.attention", "available_backends": "backends.attention",
-    "NeighborhoodAttention3D": "backends.modules", "quantize_linears": "backends.quant",
+    "apply_env": "backends.runtime.apply", "apply_profile": "backends.runtime.apply", "ApplyReport": "backends.runtime.apply",
+    "ProfileNotRunnable": "backends.runtime.apply", "na3d": "backends.runtime.attention", "available_backends": "backends.runtime.attention",
+    "NeighborhoodAttention3D": "backends.runtime.modules", "quantize_linears": "backends.runtime.quant",
     "ltx_args": "backends.ltx_args",
 }
 

@@ -5,7 +5,7 @@ Options LTX-2 has no flag for are listed as comments, so nothing is dropped sile
 
 from __future__ import annotations
 
-from backends.options import Compile, OffloadMode, Profile, Quantization
+from backends.config.options import Compile, OffloadMode, Profile, Quantization
 
 LTX_QUANTIZATIONS = {Quantization.FP8_CAST, Quantization.FP8_SCALED_MM, Quantization.NVFP4_CAST,
                      Quantization.NVFP4_PREQUANT}

@@ -16,9 +16,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from backends.capability import Capability
-from backends.options import OffloadMode, Profile, Quantization
-from backends.rules import Decision, Status
+from backends.probe.capability import Capability
+from backends.config.options import OffloadMode, Profile, Quantization
+from backends.config.rules import Decision, Status
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -72,7 +72,7 @@ def plan(profile: Profile, decisions: Iterable[Decision], capability: Capability
 
 
 def _profile_table(profile: Profile) -> dict:
-    from backends.profile import to_data
+    from backends.config.profile import to_data
 
     return to_data(profile)
 
@@ -135,7 +135,7 @@ def _max_err(a, b) -> float:
 def _check_na3d(device: str, backend: str) -> tuple[float, float]:
     import torch
 
-    from backends.attention import na3d
+    from backends.runtime.attention import na3d
     from kernels.na3d_reference import na3d_reference
 
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -148,7 +148,7 @@ def _check_na3d(device: str, backend: str) -> tuple[float, float]:
 def _check_linear(device: str, method: str) -> tuple[float, float]:
     import torch
 
-    from backends.quant import BUILDERS
+    from backends.runtime.quant import BUILDERS
 
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     lin = torch.nn.Linear(512, 256).to(device=device, dtype=dtype)
@@ -161,9 +161,9 @@ def _check_linear(device: str, method: str) -> tuple[float, float]:
 def _check_compile(device: str, profile: dict) -> tuple[float, float]:
     import torch
 
-    from backends.apply import compile_kwargs
-    from backends.modules import NABlock
-    from backends.profile import parse
+    from backends.runtime.apply import compile_kwargs
+    from backends.runtime.modules import NABlock
+    from backends.config.profile import parse
 
     p, _ = parse(profile)
     block = NABlock(128, (3, 3, 3), 64, backend="eager_sdpa").to(device)
@@ -178,8 +178,8 @@ def _check_compile(device: str, profile: dict) -> tuple[float, float]:
 def _check_offload(device: str, mode: str, gpu_slots: int, prefetch: int) -> tuple[float, float]:
     import torch
 
-    from backends.modules import BlockStack
-    from backends.offload import BlockStreamer
+    from backends.runtime.modules import BlockStack
+    from backends.runtime.offload import BlockStreamer
 
     blocks = [torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
               for _ in range(4)]

@@ -24,9 +24,9 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.modules import BlockStack  # noqa: E402
-from backends.offload import BlockStreamer  # noqa: E402
-from backends.quant import FP8ScaledMMLinear, Int8Linear  # noqa: E402
+from backends.runtime.modules import BlockStack  # noqa: E402
+from backends.runtime.offload import BlockStreamer  # noqa: E402
+from backends.runtime.quant import FP8ScaledMMLinear, Int8Linear  # noqa: E402
 from kernels.int8_gemm import int8_linear, quantize_rows  # noqa: E402
 
 SIZES = [(8192, 4096, 4096), (8192, 4096, 16384), (32768, 4096, 4096), (32768, 4096, 16384)]

@@ -20,11 +20,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from backends import capability as capmod
-from backends import profile as profmod
-from backends.nvml import NvmlSession
-from backends.options import OPTIONS_BY_KEY, Kind, Profile
-from backends.rules import Decision, Status, resolve, summarize
+from backends.probe import capability as capmod
+from backends.probe.presets import load_capability
+from backends.config import profile as profmod
+from backends.probe.nvml import NvmlSession
+from backends.config.options import OPTIONS_BY_KEY, Kind, Profile
+from backends.config.rules import Decision, Status, resolve, summarize
 from backends.smoke import CheckResult, CheckSpec, plan, run_all
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
@@ -104,7 +105,7 @@ class LtxTuiApp(App):
             self.capability = capability
         elif capability:
             try:
-                self.capability = capmod.load_capability(capability)
+                self.capability = load_capability(capability)
             except capmod.CapabilityError as e:
                 self.problems.append(f"Capability error: {e}. Using this machine instead.")
         self.decisions: list[Decision] = []

@@ -13,10 +13,11 @@ import os
 import sys
 from typing import Any, TextIO
 
-from backends import capability as capmod
-from backends import profile as profmod
-from backends.options import SCHEMA_VERSION, Profile
-from backends.rules import Decision, Status, exit_code, resolve, summarize
+from backends.probe import capability as capmod
+from backends.probe.presets import load_capability
+from backends.config import profile as profmod
+from backends.config.options import SCHEMA_VERSION, Profile
+from backends.config.rules import Decision, Status, exit_code, natten_kernels, resolve, summarize
 from ltx_tui.format import show_value
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
@@ -57,16 +58,16 @@ def gpu_line(g: capmod.GPU) -> str:
     return "  ".join(parts)
 
 
-def package_line(p: capmod.Package) -> str:
+def package_line(p: capmod.Package, natten: dict | None = None) -> str:
+    """One package; `natten`: which NATTEN kernels run here (for the natten row)."""
     head = f"{p.name:<20} {(p.version or '-'):<12}"
     if not p.available:
         return f"{head} no   {p.reason}"
     notes = []
     if "has_libnatten" in p.details:
         notes.append("libnatten" if p.details["has_libnatten"] else "no libnatten")
-    if "kernels" in p.details:
-        ok = [k for k, v in p.details["kernels"].items() if v["available"]]
-        notes.append("kernels: " + (", ".join(ok) or "none"))
+    if natten is not None:
+        notes.append("kernels: " + (", ".join(k for k, a in natten.items() if a.available) or "none"))
     parts = [k for k in capmod.LTX_KERNELS_PARTS if p.details.get(k)]
     if p.name == "ltx_kernels":
         notes.append("builds: " + (", ".join(parts) or "none"))
@@ -96,7 +97,9 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
                    + ("" if t.cuda_available else f": {t.cuda_reason}"))
     else:
         out.append(f"  torch: {t.reason}")
-    out += ["", "Packages"] + ["  " + package_line(p) for p in cap.packages.values()]
+    kernels = natten_kernels(cap)
+    out += ["", "Packages"] + ["  " + package_line(p, kernels if p.name == "natten" else None)
+                               for p in cap.packages.values()]
     sdpa = ", ".join(f"{n} {'yes' if a.available else 'no'}" for n, a in cap.sdpa.items())
     out.append(f"  {'sdpa':<20} {'':<12} {sdpa}")
     out += [""] + [paint(w, "33") for w in warnings] + (["" ] if warnings else [])
@@ -147,7 +150,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     """Validate a profile against a capability and report. Returns the exit code."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     try:
-        cap = capmod.load_capability(capability) if capability else capmod.probe()
+        cap = load_capability(capability) if capability else capmod.probe()
     except capmod.CapabilityError as e:
         print(f"ltx-tui: capability error: {e}", file=stderr)
         if as_json:
@@ -216,7 +219,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
 
 
 def list_capabilities(stdout: TextIO | None = None) -> int:
-    from backends.presets import PRESETS
+    from backends.probe.presets import PRESETS
 
     stdout = stdout or sys.stdout
     for pid, spec in PRESETS.items():

@@ -24,7 +24,7 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from backends.profile import TOOL_VERSION
+    from backends.config.profile import TOOL_VERSION
 
     parser = argparse.ArgumentParser(
         prog="ltx-tui",

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from types import SimpleNamespace
 
-from backends.capability import Capability, Package
+from backends.probe.capability import Capability, Package
 
 
 class NVMLError(Exception):

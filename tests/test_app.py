@@ -6,7 +6,7 @@ import pytest
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from backends import load_profile
-from backends.capability import preset
+from backends.probe.presets import preset
 from backends.smoke import CheckResult
 from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
 from ltx_tui.app import LtxTuiApp

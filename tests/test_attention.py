@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from backends.attention import BackendUnavailable, available_backends, choose_backend, na3d
-from backends.capability import preset
+from backends.runtime.attention import BackendUnavailable, available_backends, choose_backend, na3d
+from backends.probe.presets import preset
 from fakes import without
 from kernels.na3d_reference import na3d_reference
 

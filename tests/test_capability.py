@@ -2,9 +2,10 @@ import json
 
 import pytest
 
-from backends import capability as capmod
-from backends.capability import CapabilityError, cuda_order, load_capability, preset, probe
-from backends.presets import PRESETS
+from backends.probe import capability as capmod
+from backends.probe.capability import CapabilityError, cuda_order, probe
+from backends.probe.presets import load_capability, preset
+from backends.probe.presets import PRESETS
 from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
 
 
@@ -104,10 +105,12 @@ def test_preset_with_gpu_count():
 
 
 def test_preset_natten_kernels_follow_the_gpu():
-    kernels = preset("h100").package("natten").details["kernels"]
-    assert kernels["hopper-fna"]["available"] and not kernels["blackwell-fna"]["available"]
-    kernels = preset("b200").package("natten").details["kernels"]
-    assert kernels["blackwell-fna"]["available"] and not kernels["hopper-fna"]["available"]
+    from backends.config.rules import natten_kernels
+
+    kernels = natten_kernels(preset("h100"))
+    assert kernels["hopper-fna"].available and not kernels["blackwell-fna"].available
+    kernels = natten_kernels(preset("b200"))
+    assert kernels["blackwell-fna"].available and not kernels["hopper-fna"].available
 
 
 def test_unknown_preset_lists_the_known_ones():

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from backends.capability import preset
+from backends.probe.presets import preset
 from fakes import without
 from ltx_tui.cli import main
 from test_profile import BROKEN, BROKEN_CASES, GOOD

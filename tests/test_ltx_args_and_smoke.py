@@ -3,10 +3,11 @@ import threading
 
 import pytest
 
-from backends.capability import preset, probe
+from backends.probe.capability import probe
+from backends.probe.presets import preset
 from backends.ltx_args import ltx_args
-from backends.options import Profile
-from backends.rules import resolve
+from backends.config.options import Profile
+from backends.config.rules import resolve
 from backends.smoke import CheckSpec, plan, run_all, run_check
 from ltx_tui.cli import main
 

@@ -91,7 +91,7 @@ def test_more_batch_heads_than_one_grid_axis(na3d_triton):
 
 
 def test_registry_auto_picks_triton_on_cuda():
-    from backends.attention import available_backends, choose_backend, na3d
+    from backends.runtime.attention import available_backends, choose_backend, na3d
 
     q, k, v = rand((1, 4, 9, 10, 2, 64), torch.bfloat16)
     avail = available_backends(q)

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends import profile as prof
-from backends.capability import preset
-from backends.options import OPTIONS, Kind, Profile
-from backends.profile import ProfileError, ProfileExistsError
+from backends.config import profile as prof
+from backends.probe.presets import preset
+from backends.config.options import OPTIONS, Kind, Profile
+from backends.config.profile import ProfileError, ProfileExistsError
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "profiles"
 BROKEN = FIXTURES / "broken"

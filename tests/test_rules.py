@@ -2,9 +2,9 @@
 
 import pytest
 
-from backends.capability import preset
-from backends.options import Profile
-from backends.rules import RULES, Facts, Status, exit_code, natten_kernels, resolve
+from backends.probe.presets import preset
+from backends.config.options import Profile
+from backends.config.rules import RULES, Facts, Status, exit_code, natten_kernels, resolve
 from fakes import with_package, without
 
 

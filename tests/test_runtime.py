@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from backends import load_profile
-from backends.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
-from backends.capability import preset, probe
-from backends.modules import NeighborhoodAttention3D, na_stack
-from backends.options import Profile
-from backends.quant import FP8CastLinear, FP8ScaledMMLinear, Int8Linear, quantize_linears
+from backends.runtime.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
+from backends.probe.capability import probe
+from backends.probe.presets import preset
+from backends.runtime.modules import NeighborhoodAttention3D, na_stack
+from backends.config.options import Profile
+from backends.runtime.quant import FP8CastLinear, FP8ScaledMMLinear, Int8Linear, quantize_linears
 from kernels.int8_gemm import int8_linear, quantize_rows
 from kernels.na3d_reference import na3d_reference
 
@@ -129,7 +130,7 @@ def test_quantize_linears_filter_and_errors():
     assert names == ["blocks.0.mlp.0", "blocks.0.mlp.2", "blocks.1.mlp.0", "blocks.1.mlp.2"]
     with pytest.raises(ValueError, match="unknown quantization"):
         quantize_linears(model, "fp4")
-    from backends.quant import QuantizationUnavailable
+    from backends.runtime.quant import QuantizationUnavailable
     with pytest.raises(QuantizationUnavailable, match="ltx-kernels"):
         quantize_linears(model, "nvfp4-cast")
 
@@ -190,7 +191,7 @@ def test_top_level_api_loads_lazily(tmp_path):
 
 
 def test_dense_attention_from_profile(tmp_path, cpu_cap):
-    from backends.dense_attention import DenseAttention
+    from backends.runtime.dense_attention import DenseAttention
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(DenseAttention(128), DenseAttention(128))
@@ -205,7 +206,7 @@ def test_dense_attention_from_profile(tmp_path, cpu_cap):
 
 
 def test_flash_attention_without_its_package_says_so():
-    from backends.dense_attention import AttentionUnavailable, attention_function
+    from backends.runtime.dense_attention import AttentionUnavailable, attention_function
 
     with pytest.raises(AttentionUnavailable, match="flash_attn_interface, which is not importable"):
         attention_function("flash_attention_3")

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from backends import load_profile
-from backends.apply import apply_profile
-from backends.capability import probe
-from backends.modules import BlockStack, na_stack
-from backends.quant import FP8ScaledMMLinear, Int8Linear
+from backends.runtime.apply import apply_profile
+from backends.probe.capability import probe
+from backends.runtime.modules import BlockStack, na_stack
+from backends.runtime.quant import FP8ScaledMMLinear, Int8Linear
 from kernels.int8_gemm import int8_linear, int8_linear_torch, quantize_rows
 
 pytestmark = [pytest.mark.gpu,
@@ -171,7 +171,7 @@ def test_check_smoke_on_gpu(tmp_path, capsys, toml, expected):
 
 @pytest.mark.parametrize("attention", ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "automatic"])
 def test_dense_attention_backends_on_cuda(tmp_path, cap, attention):
-    from backends.dense_attention import DenseAttention
+    from backends.runtime.dense_attention import DenseAttention
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(DenseAttention(256), DenseAttention(256)).to("cuda", torch.bfloat16)

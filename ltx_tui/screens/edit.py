@@ -13,8 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from backends.options import Kind, OptionSpec
-from backends.rules import Status
+from backends.config.options import Kind, OptionSpec
+from backends.config.rules import Status
 from ltx_tui.format import show_value
 from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, typed_choice
 

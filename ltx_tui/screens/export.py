@@ -11,10 +11,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from backends.capability import Capability
+from backends.probe.capability import Capability
 from backends.ltx_args import ltx_args
-from backends.options import Profile
-from backends.profile import save
+from backends.config.options import Profile
+from backends.config.profile import save
 from ltx_tui.screens.confirm import ConfirmScreen
 
 

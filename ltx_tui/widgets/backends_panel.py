@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from backends.capability import Capability
+from backends.config.rules import natten_kernels
+from backends.probe.capability import Capability
 
 
 def backends_text(cap: Capability) -> Text:
@@ -25,12 +26,12 @@ def backends_text(cap: Capability) -> Text:
         elif p.name == "natten":
             text.append(" libnatten" if p.details.get("has_libnatten") else " no libnatten", style="dim")
         text.append("\n")
-        for kernel, avail in p.details.get("kernels", {}).items():
-            ok = avail["available"]
+        for kernel, avail in (natten_kernels(cap).items() if p.name == "natten" and p.available else ()):
+            ok = avail.available
             text.append(f"    {'✓' if ok else '✗'} ", style="green" if ok else "red")
             text.append(f"{kernel:<14}")
             if not ok:
-                text.append(f" {avail['reason']}", style="dim")
+                text.append(f" {avail.reason}", style="dim")
             text.append("\n")
     sdpa = "  ".join(f"{n} {'✓' if a.available else '✗'}" for n, a in cap.sdpa.items())
     text.append(f"SDPA: {sdpa}")

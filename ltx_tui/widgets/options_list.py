@@ -11,8 +11,8 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from backends.options import OPTIONS, OPTIONS_BY_KEY, Kind, OptionSpec, Profile
-from backends.rules import Decision, Status
+from backends.config.options import OPTIONS, OPTIONS_BY_KEY, Kind, OptionSpec, Profile
+from backends.config.rules import Decision, Status
 from ltx_tui.format import show_value
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from backends.rules import Decision, Status, summarize
+from backends.config.rules import Decision, Status, summarize
 from ltx_tui.format import show_value
 from ltx_tui.widgets.options_list import STATUS_STYLE
 

@@ -1,8 +1,8 @@
 """What this machine can run: a JSON-serialisable snapshot of GPUs, torch and packages.
 
 `probe()` reads the live machine (NVML for the GPUs, torch for CUDA, imports for the
-packages); `preset(id)` gives a built-in machine for authoring profiles elsewhere;
-`load_capability(path)` reads the capability block of a `--check --json` output.
+packages); `from_dict` reads the capability block of a `--check --json` output. Presets
+and `load_capability` live in `backends.probe.presets`.
 A missing driver, NVML, CUDA or package gives a value that says why, never an exception.
 """
 
@@ -16,13 +16,11 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from backends import nvml as nvml_mod
+from backends.probe import nvml as nvml_mod
 
 
 @dataclass(frozen=True)
@@ -369,39 +367,7 @@ def probe(*, nvml_module: Any = None, env: Mapping[str, str] | None = None,
     cuda = torch_info.cuda_available and bool(gpus)
     packages = {name: probe_package(name, mod, dist, cuda=cuda) for name, mod, dist in PACKAGE_MODULES}
     cap = Capability("live", sys.platform, nvml, torch_info, gpus, packages, _probe_sdpa(cuda))
-    return with_natten_kernels(cap)
-
-
-def with_natten_kernels(cap: Capability) -> Capability:
-    """Fill natten's `kernels` detail: which NATTEN kernels run bf16 head_dim 64 on GPU 0."""
-    from backends import rules
-
-    natten = cap.package("natten")
-    if not natten.available:
-        return cap
-    kernels = {k: dataclasses.asdict(v) for k, v in rules.natten_kernels(cap).items()}
-    packages = dict(cap.packages)
-    packages["natten"] = dataclasses.replace(natten, details={**natten.details, "kernels": kernels})
-    return dataclasses.replace(cap, packages=packages)
-
-
-# ---------------------------------------------------------------------------------------
-# Presets and capability files
-
-def preset(preset_id: str) -> Capability:
-    """A built-in capability: `h100`, or `h100x8` for eight of them."""
-    from backends.presets import PRESETS, build_preset
-
-    key = preset_id.lower()
-    base, count = key, 1
-    if key not in PRESETS and (m := re.fullmatch(r"(.+)x(\d+)", key)):
-        base, count = m.group(1), int(m.group(2))
-    if base not in PRESETS or count < 1:
-        raise CapabilityError(
-            f"unknown capability {preset_id!r}; expected one of {', '.join(PRESETS)} "
-            "(optionally with xN for N GPUs, e.g. h100x8) or the path of a capability JSON file"
-        )
-    return with_natten_kernels(build_preset(base, count))
+    return cap
 
 
 def from_dict(data: Mapping[str, Any], source: str) -> Capability:
@@ -420,26 +386,3 @@ def from_dict(data: Mapping[str, Any], source: str) -> Capability:
     except (TypeError, AttributeError) as e:
         raise CapabilityError(f"{source}: malformed capability object ({e})") from None
     return cap
-
-
-def load_capability(spec: str) -> Capability:
-    """A preset id, or the path of a JSON file holding a capability (or a `--check --json` output)."""
-    path = Path(spec)
-    if not (path.suffix or os.sep in spec or path.exists()):
-        return preset(spec)
-    fix = "save one with `ltx-tui --check --json > cap.json` on the target machine, or use a preset id"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CapabilityError(f"{spec}: capability file not found; {fix}") from None
-    except IsADirectoryError:
-        raise CapabilityError(f"{spec}: is a directory, expected a JSON file; {fix}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CapabilityError(f"{spec}: cannot read capability file ({e})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CapabilityError(f"{spec}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
-    if not isinstance(data, Mapping):
-        raise CapabilityError(f"{spec}: expected a JSON object, found {type(data).__name__}; {fix}")
-    return from_dict(data, f"file:{spec}")

@@ -13,7 +13,7 @@ import functools
 import torch
 import torch.nn as nn
 
-from backends.attention import na3d
+from backends.runtime.attention import na3d
 from kernels.na3d_args import as_triple
 
 

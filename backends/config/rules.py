@@ -12,8 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from backends.capability import GPU, Availability, Capability
-from backends.options import (
+from backends.probe.capability import GPU, Availability, Capability
+from backends.config.options import (
     Attention,
     CompileBackend,
     CompileMode,
@@ -604,7 +604,7 @@ class _Resolver:
         self.offload()
         self.memory()
         self.parallel()
-        from backends.options import OPTIONS
+        from backends.config.options import OPTIONS
 
         return [self.out[o.key] for o in OPTIONS]
 

@@ -18,13 +18,13 @@ from typing import MutableMapping
 import torch
 import torch.nn as nn
 
-from backends.attention import implementation
-from backends.dense_attention import attention_function
-from backends.capability import Capability, probe
-from backends.offload import BlockStreamer
-from backends.options import OffloadMode, Profile, Quantization
-from backends.quant import quantize_linears
-from backends.rules import Decision, Status, resolve
+from backends.runtime.attention import implementation
+from backends.runtime.dense_attention import attention_function
+from backends.probe.capability import Capability, probe
+from backends.runtime.offload import BlockStreamer
+from backends.config.options import OffloadMode, Profile, Quantization
+from backends.runtime.quant import quantize_linears
+from backends.config.rules import Decision, Status, resolve
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 # Options apply_profile leaves to the LTX-2 pipeline / launcher, and why.

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from backends.capability import import_optional
+from backends.probe.capability import import_optional
 from kernels.int8_gemm import FP8_MAX, INT8_MAX, int8_linear, quantize_rows
 
 

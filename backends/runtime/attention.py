@@ -3,7 +3,7 @@
 `na3d(q, k, v, kernel_size, backend=...)` runs one of: `natten` (or one NATTEN kernel,
 spelt `natten:hopper-fna` etc.), `triton` (ltx-tui's fused kernel), `eager_sdpa` (tiled
 SDPA, any device) and `reference` (brute force, small inputs). Whether a backend can run
-is decided by the rules in `backends.rules`; `available_backends(q)` says why not.
+is decided by the rules in `backends.config.rules`; `available_backends(q)` says why not.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from backends.capability import Availability, Capability, probe
-from backends.options import NattenKernel, Profile
-from backends.rules import NATTEN_AUTO_ORDER, RULES, Facts, natten_kernel_check
+from backends.probe.capability import Availability, Capability, probe
+from backends.config.options import NattenKernel, Profile
+from backends.config.rules import NATTEN_AUTO_ORDER, RULES, Facts, natten_kernel_check
 from kernels.na3d_args import BoolOr3, IntOr3, check_na3d
 
 NATTEN_KERNELS = tuple(f"natten:{k.value}" for k in NATTEN_AUTO_ORDER)

@@ -1,4 +1,4 @@
-"""Built-in capabilities for authoring profiles for another machine.
+"""Built-in capabilities for authoring profiles for another machine, and `load_capability`.
 
 Each preset is a typical LTX-2 box: its GPU and the packages such a box usually has
 (stated in `packages`). Pure data plus one builder.
@@ -6,9 +6,24 @@ Each preset is a typical LTX-2 box: its GPU and the packages such a box usually 
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
-from backends.capability import GPU, Availability, Capability, NvmlInfo, Package, TorchInfo
+from backends.probe.capability import (
+    GPU,
+    PACKAGE_MODULES,
+    Availability,
+    Capability,
+    CapabilityError,
+    NvmlInfo,
+    Package,
+    TorchInfo,
+    from_dict,
+)
 
 GIB = 1024**3
 
@@ -44,8 +59,6 @@ PRESETS: dict[str, PresetSpec] = {
 
 def build_preset(preset_id: str, count: int = 1) -> Capability:
     """The Capability of preset `preset_id` with `count` identical GPUs."""
-    from backends.capability import PACKAGE_MODULES
-
     spec = PRESETS[preset_id]
     gpu = spec.gpu is not None
     gpus = tuple(GPU(index=i, name=spec.gpu, compute_capability=spec.cc, memory_total=spec.memory_gib * GIB)
@@ -77,3 +90,40 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
         packages=packages,
         sdpa=sdpa,
     )
+
+
+def preset(preset_id: str) -> Capability:
+    """A built-in capability: `h100`, or `h100x8` for eight of them."""
+    key = preset_id.lower()
+    base, count = key, 1
+    if key not in PRESETS and (m := re.fullmatch(r"(.+)x(\d+)", key)):
+        base, count = m.group(1), int(m.group(2))
+    if base not in PRESETS or count < 1:
+        raise CapabilityError(
+            f"unknown capability {preset_id!r}; expected one of {', '.join(PRESETS)} "
+            "(optionally with xN for N GPUs, e.g. h100x8) or the path of a capability JSON file"
+        )
+    return build_preset(base, count)
+
+
+def load_capability(spec: str) -> Capability:
+    """A preset id, or the path of a JSON file holding a capability (or a `--check --json` output)."""
+    path = Path(spec)
+    if not (path.suffix or os.sep in spec or path.exists()):
+        return preset(spec)
+    fix = "save one with `ltx-tui --check --json > cap.json` on the target machine, or use a preset id"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CapabilityError(f"{spec}: capability file not found; {fix}") from None
+    except IsADirectoryError:
+        raise CapabilityError(f"{spec}: is a directory, expected a JSON file; {fix}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CapabilityError(f"{spec}: cannot read capability file ({e})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CapabilityError(f"{spec}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
+    if not isinstance(data, Mapping):
+        raise CapabilityError(f"{spec}: expected a JSON object, found {type(data).__name__}; {fix}")
+    return from_dict(data, f"file:{spec}")

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from backends.capability import import_optional
+from backends.probe.capability import import_optional
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION",
                  "sdpa_efficient": "EFFICIENT_ATTENTION", "sdpa_math": "MATH"}

@@ -19,7 +19,7 @@ from typing import Any
 
 import tomli_w
 
-from backends.options import (
+from backends.config.options import (
     OPTIONS,
     OPTIONS_BY_KEY,
     SCHEMA_VERSION,
@@ -253,7 +253,7 @@ def dumps(profile: Profile, generated: Generated | None = None) -> str:
 
 
 def generated_for(capability: Any = None, now: datetime.datetime | None = None) -> Generated:
-    """Provenance for a profile validated on `capability` (a backends.capability.Capability)."""
+    """Provenance for a profile validated on `capability` (a backends.probe.capability.Capability)."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return Generated(
         tool_version=TOOL_VERSION,
