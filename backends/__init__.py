@@ -10,7 +10,8 @@ from backends.probe.capability import Capability, CapabilityError, probe
 from backends.probe.presets import load_capability, preset
 from backends.config.options import Profile
 from backends.config.profile import ProfileError, load as load_profile, read as read_profile, save as save_profile
-from backends.config.rules import Decision, Status, exit_code, resolve, summarize
+from backends.config.plan import Plan, resolve
+from backends.config.rules import Decision, Status, exit_code, summarize
 
 _LAZY = {
     "apply_env": "backends.runtime.apply", "apply_profile": "backends.runtime.apply", "ApplyReport": "backends.runtime.apply",
@@ -20,7 +21,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "Capability", "CapabilityError", "Decision", "Profile", "ProfileError", "Status", "exit_code",
+    "Capability", "CapabilityError", "Decision", "Plan", "Profile", "ProfileError", "Status", "exit_code",
     "load_capability", "load_profile", "preset", "probe", "read_profile", "resolve", "save_profile", "summarize",
     *_LAZY,
 ]

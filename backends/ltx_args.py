@@ -1,15 +1,20 @@
-"""The ltx-pipelines (v1.2.0) command line and environment equivalent to a profile.
+"""The ltx-pipelines (v1.2.0) command line and environment equivalent to a plan.
 
-Options LTX-2 has no flag for are listed as comments, so nothing is dropped silently.
+Flags carry the profile's values; an option the plan cannot run here is left out with the
+reason, options LTX-2 has no flag for are listed as comments, and so are the plan's fallbacks
+and warnings (several say what LTX-2's own pipeline would do differently from ltx-tui's
+runtime). Nothing is dropped silently.
 """
 
 from __future__ import annotations
 
-from backends.config.options import Compile, OffloadMode, Profile, Quantization
+from backends.config.options import Compile, OffloadMode, Quantization, show_value
+from backends.config.plan import Plan
+from backends.config.rules import LTX2_QUANT_FLAGS, Status
 
-LTX_QUANTIZATIONS = {Quantization.FP8_CAST, Quantization.FP8_SCALED_MM, Quantization.NVFP4_CAST,
-                     Quantization.NVFP4_PREQUANT}
 PIPELINE = "ltx_pipelines.distilled"
+NO_FLAG = ("diffvae.na_backend", "diffvae.natten_kernel", "transformer.attention", "transformer.quantization_scope",
+           "transformer.sparse_attention", "transformer.sla_topk", "transformer.fast_norm")
 
 
 def _compile_flag(c: Compile) -> str:
@@ -19,11 +24,19 @@ def _compile_flag(c: Compile) -> str:
     return " ".join(["--compile", *pairs])
 
 
-def ltx_args(profile: Profile, label: str = "profile") -> str:
+def ltx_args(plan: Plan, label: str = "profile") -> str:
     """A shell snippet: environment, the pipeline command with flags, and comments for the rest."""
-    p = profile
+    p = plan.profile
     multi = p.parallel.gpus > 1
     env, flags, notes = [], [], []
+
+    def flag(option: str, text: str) -> None:
+        d = plan[option]
+        if d.status is Status.ERROR:
+            notes.append(f"{text} left out: {option} cannot run here: {d.message}")
+        else:
+            flags.append(text)
+
     if p.memory.expandable_segments:
         env.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if multi:
@@ -38,27 +51,27 @@ def ltx_args(profile: Profile, label: str = "profile") -> str:
                          "ignores --quantization and --offload (always fp8-cast, no offload)")
     else:
         if p.offload.mode is not OffloadMode.NONE:
-            flags.append(f"--offload {p.offload.mode}")
-        if q in LTX_QUANTIZATIONS:
-            flags.append(f"--quantization {q}")
+            flag("offload.mode", f"--offload {p.offload.mode}")
+        if q in LTX2_QUANT_FLAGS:
+            flag("transformer.quantization", f"--quantization {q}")
         elif q is not Quantization.NONE:
             notes.append(f"transformer.quantization = {q}: no ltx-pipelines flag (ltx-tui's runtime applies it)")
     if p.compile.enabled:
-        flags.append(_compile_flag(p.compile))
-    flags.append(f"--diffvae-optimization {p.diffvae.mode}")
-    flags.append(f"--max-batch-size {p.memory.max_batch_size}")
-    no_flag = [("diffvae.na_backend", p.diffvae.na_backend), ("diffvae.natten_kernel", p.diffvae.natten_kernel),
-               ("transformer.attention", p.transformer.attention),
-               ("transformer.sparse_attention", p.transformer.sparse_attention),
-               ("transformer.sla_topk", p.transformer.sla_topk), ("transformer.fast_norm", p.transformer.fast_norm)]
+        flag("compile.mode", _compile_flag(p.compile))
+    flag("diffvae.mode", f"--diffvae-optimization {p.diffvae.mode}")
+    notes.append(f"memory.max_batch_size = {p.memory.max_batch_size}: --max-batch-size is read only by some pipeline "
+                 f"modules (not {PIPELINE} nor the *_mgpu ones); add it where your module reads it")
+    no_flag = list(NO_FLAG)
     if p.offload.mode is not OffloadMode.NONE:
-        no_flag += [("offload.gpu_slots", p.offload.gpu_slots), ("offload.prefetch", p.offload.prefetch)]
-    notes += [f"{key} = {str(value).lower() if isinstance(value, bool) else value}: no ltx-pipelines flag"
-              for key, value in no_flag]
+        no_flag += ["offload.gpu_slots", "offload.prefetch"]
+    notes += [f"{key} = {show_value(p.get(key))}: no ltx-pipelines flag" for key in no_flag]
+    notes += [f"{d.option}: {d.status}: {d.message}" for d in plan
+              if d.status in (Status.FALLBACK, Status.WARNING) and d.message]
     module = f"{PIPELINE}_mgpu" if multi else PIPELINE
-    lines = [f"# ltx-pipelines v1.2.0 equivalent of {label} (use your pipeline module in place of {PIPELINE})"]
+    family = "*_mgpu module" if multi else "pipeline module"
+    lines = [f"# ltx-pipelines v1.2.0 equivalent of {label} (use your {family} in place of {module})"]
     lines += env
-    lines.append(f"python -m {module} \\")
-    lines += [f"    {f} \\" for f in flags[:-1]] + [f"    {flags[-1]}"]
+    lines.append(f"python -m {module}" + (" \\" if flags else ""))
+    lines += [f"    {f}" + (" \\" if i < len(flags) - 1 else "") for i, f in enumerate(flags)]
     lines += [f"# {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -16,6 +16,8 @@ import triton.language as tl
 
 INT8_MAX = 127.0
 FP8_MAX = 448.0  # float8_e4m3fn
+# The largest K whose worst-case dot product, K * 127 * 127, fits the int32 accumulator.
+INT8_K_MAX = (2**31 - 1) // (127 * 127)
 
 
 @triton.jit
@@ -72,10 +74,11 @@ def _configs():
     return out
 
 
-@triton.autotune(configs=_configs(), key=["M", "N", "K"])
+# Tuned per power-of-two bucket of M: a new token count does not stall a forward on autotuning.
+@triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"])
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BK"] == 0})
 @triton.jit
-def _int8_mm(A, B, C, SA, SB, BIAS, M, N, K, stride_am, stride_bn, stride_cm,
+def _int8_mm(A, B, C, SA, SB, BIAS, M, N, K, M_BUCKET, stride_am, stride_bn, stride_cm,
              HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
              GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
     pid = tl.program_id(0)
@@ -122,13 +125,39 @@ def int8_linear_torch(xq, x_scale, wq, w_scale, bias=None, out_dtype=torch.bfloa
     return y.to(out_dtype)
 
 
+def check_int8_linear(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
+                      bias: torch.Tensor | None, out_dtype: torch.dtype) -> None:
+    """Every argument of `int8_linear` checked up front; raises saying what was wrong and what is allowed."""
+    for name, t in (("xq", xq), ("wq", wq), ("x_scale", x_scale), ("w_scale", w_scale), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if xq.dtype != torch.int8 or wq.dtype != torch.int8:
+        raise TypeError(f"int8_linear takes int8 operands, got xq {xq.dtype} and wq {wq.dtype}")
+    if xq.dim() != 2 or wq.dim() != 2:
+        raise ValueError(f"xq and wq must be 2-D, (M, K) and (N, K); got {tuple(xq.shape)} and {tuple(wq.shape)}")
+    (m, k), n = xq.shape, wq.shape[0]
+    if wq.shape[1] != k:
+        raise ValueError(f"K mismatch: xq {tuple(xq.shape)}, wq {tuple(wq.shape)} (wq is stored (N, K))")
+    if not 0 < k <= INT8_K_MAX:
+        raise ValueError(f"K = {k} out of range: 1 <= K <= {INT8_K_MAX} (K * 127 * 127 must fit the int32 accumulator)")
+    for name, t, size in (("x_scale", x_scale, m), ("w_scale", w_scale, n), ("bias", bias, n)):
+        if t is None:
+            continue
+        if tuple(t.shape) != (size,):
+            raise ValueError(f"{name} must have shape ({size},), got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a float tensor, got {t.dtype}")
+    devices = {str(t.device) for t in (xq, wq, x_scale, w_scale, bias) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {', '.join(sorted(devices))}")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+
+
 def int8_linear(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
                 bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """y = (xq @ wq.T) * x_scale[:, None] * w_scale[None, :] + bias; xq (M, K), wq (N, K) int8."""
-    if xq.dtype != torch.int8 or wq.dtype != torch.int8:
-        raise TypeError(f"int8_linear takes int8 operands, got {xq.dtype} and {wq.dtype}")
-    if xq.shape[1] != wq.shape[1]:
-        raise ValueError(f"K mismatch: x {tuple(xq.shape)}, w {tuple(wq.shape)} (w is stored (N, K))")
+    check_int8_linear(xq, x_scale, wq, w_scale, bias, out_dtype)
     if xq.device.type != "cuda":
         return int8_linear_torch(xq, x_scale, wq, w_scale, bias, out_dtype)
     xq = xq if xq.stride(-1) == 1 else xq.contiguous()
@@ -138,5 +167,5 @@ def int8_linear(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tensor, w_sca
     c = torch.empty((m, n), dtype=out_dtype, device=xq.device)
     grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
     _int8_mm[grid](xq, wq, c, x_scale, w_scale, bias if bias is not None else c, m, n, k,
-                   xq.stride(0), wq.stride(0), c.stride(0), HAS_BIAS=bias is not None)
+                   triton.next_power_of_2(m), xq.stride(0), wq.stride(0), c.stride(0), HAS_BIAS=bias is not None)
     return c

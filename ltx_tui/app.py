@@ -25,8 +25,9 @@ from backends.probe.presets import load_capability
 from backends.config import profile as profmod
 from backends.probe.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, Kind, Profile
-from backends.config.rules import Decision, Status, resolve, summarize
-from backends.smoke import CheckResult, CheckSpec, plan, run_all
+from backends.config.plan import resolve
+from backends.config.rules import Decision, Status, summarize
+from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
 from ltx_tui.screens.export import ExportScreen
@@ -274,7 +275,7 @@ class LtxTuiApp(App):
         try:
             cap = self.smoke_capability or (self.capability if self.capability and self.capability.source == "live"
                                             else capmod.probe(nvml_module=self.nvml_module, env=self.env))
-            specs = plan(profile, resolve(profile, cap), cap)
+            specs = plan_checks(resolve(profile, cap))
             self.call_from_thread(panel.start, specs)
             results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),
                                         lambda i, r: self.call_from_thread(panel.result, i, r))

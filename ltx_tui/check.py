@@ -16,9 +16,11 @@ from typing import Any, TextIO
 from backends.probe import capability as capmod
 from backends.probe.presets import load_capability
 from backends.config import profile as profmod
-from backends.config.options import SCHEMA_VERSION, Profile
-from backends.config.rules import Decision, Status, exit_code, natten_kernels, resolve, summarize
-from ltx_tui.format import show_value
+from backends import smoke as smokemod
+from backends.config.options import SCHEMA_VERSION, Profile, show_value
+from backends.config.plan import resolve
+from backends.config.rules import Decision, Status, natten_kernels, summarize
+from backends.ltx_args import ltx_args
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -122,10 +124,19 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
 def summary_line(decisions: list[Decision], results: list, code: int) -> str:
     s = str(summarize(decisions))
     if results:
-        failed = sum(r.status != "pass" for r in results)
-        s += f"; smoke {len(results) - failed} passed, {failed} failed"
+        s += "; smoke " + smoke_counts(results)
     verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
     return f"\nSummary: {s} -> exit {code} ({verdict})\n"
+
+
+SMOKE_WORDS = {"pass": "passed", "fail": "failed", "error": "error", "timeout": "timed out",
+               "cancelled": "cancelled", "not run": "not run"}
+
+
+def smoke_counts(results: list) -> str:
+    """"2 passed, 1 cancelled, 1 not run": each way a check can end, counted on its own."""
+    n = smokemod.counts(results)
+    return ", ".join(f"{n[k]} {word}" for k, word in SMOKE_WORDS.items() if n.get(k))
 
 
 def decision_dict(d: Decision) -> dict[str, Any]:
@@ -149,43 +160,40 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
               stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    try:
-        cap = load_capability(capability) if capability else capmod.probe()
-    except capmod.CapabilityError as e:
-        print(f"ltx-tui: capability error: {e}", file=stderr)
+
+    def usage_error(kind: str, message: str) -> int:
+        print(f"ltx-tui: {kind} error: {message}", file=stderr)
         if as_json:
-            print(_error_json("capability", str(e)), file=stdout)
+            print(_error_json(kind, message), file=stdout)
         return EXIT_USAGE
+
     warnings: list[str] = []
-    if profile_path:
+    profile = Profile()
+    if profile_path:  # read and checked before the (slow) live probe
         try:
             profile, read_warnings = profmod.read(profile_path)
         except profmod.ProfileError as e:
-            print(f"ltx-tui: profile error: {e}", file=stderr)
-            if as_json:
-                print(_error_json("profile", str(e)), file=stdout)
-            return EXIT_USAGE
+            return usage_error("profile", str(e))
         warnings = [str(w) for w in read_warnings]
-    else:
-        profile = Profile()
-    decisions = resolve(profile, cap)
-    code = exit_code(decisions, strict=strict)
+    try:
+        cap = load_capability(capability) if capability else capmod.probe()
+    except capmod.CapabilityError as e:
+        return usage_error("capability", str(e))
+    plan = resolve(profile, cap)
+    code = plan.exit_code(strict=strict)
+    label = profile_path or "the default profile"
     if ltx and not as_json:
-        from backends.ltx_args import ltx_args
-
-        stdout.write(ltx_args(profile, profile_path or "the default profile"))
+        stdout.write(ltx_args(plan, label))
         return code
     if not as_json:
-        label = profile_path or "default (no --profile)"
-        stdout.write(render_text(cap, label, warnings, decisions, use_colour(stdout)))
+        stdout.write(render_text(cap, profile_path or "default (no --profile)", warnings, list(plan), use_colour(stdout)))
     results = []
     if smoke:
-        from backends import smoke as smokemod
-
-        live = capmod.probe() if capability else cap
-        specs = smokemod.plan(profile, decisions, live)
+        here = resolve(profile, capmod.probe()) if capability else plan
+        specs = smokemod.plan_checks(here)
         if not as_json:
-            note = " (on this machine, not the --capability one)" if capability else ""
+            note = (f" (planned for this machine: --capability {capability} describes another one)"
+                    if capability else "")
             print(f"\nSmoke checks{note}: {len(specs)}, each in a subprocess, timeout {timeout:g} s",
                   file=stdout, flush=True)
         results = smokemod.run_all(specs, timeout, on_result=None if as_json else
@@ -200,21 +208,21 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "capability_fingerprint": cap.fingerprint(),
             "profile": {"path": profile_path, "values": profmod.to_data(dataclasses.replace(profile, generated=None)),
                         "warnings": warnings},
-            "decisions": [decision_dict(d) for d in decisions],
-            "summary": dataclasses.asdict(summarize(decisions)),
+            "decisions": [decision_dict(d) for d in plan],
+            "steps": [dataclasses.asdict(s) for s in plan.steps],
+            "summary": dataclasses.asdict(plan.summary()),
             "strict": strict,
             "exit_code": code,
         }
         if smoke:
             doc["smoke"] = [r.to_dict() for r in results]
+            doc["smoke_machine"] = "this machine" if not capability else f"this machine, not {capability}"
         if ltx:
-            from backends.ltx_args import ltx_args
-
-            doc["ltx_args"] = ltx_args(profile, profile_path or "the default profile")
+            doc["ltx_args"] = ltx_args(plan, label)
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
     else:
-        stdout.write(summary_line(decisions, results, code))
+        stdout.write(summary_line(list(plan), results, code))
     return code
 
 

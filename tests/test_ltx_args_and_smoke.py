@@ -7,8 +7,8 @@ from backends.probe.capability import probe
 from backends.probe.presets import preset
 from backends.ltx_args import ltx_args
 from backends.config.options import Profile
-from backends.config.rules import resolve
-from backends.smoke import CheckSpec, plan, run_all, run_check
+from backends.config.plan import resolve
+from backends.smoke import CheckSpec, plan_checks, run_all, run_check
 from ltx_tui.cli import main
 
 
@@ -16,43 +16,49 @@ def P(**kw):
     return Profile().replace(**{k.replace("__", "."): v for k, v in kw.items()})
 
 
+def L(profile, cap="h100"):
+    return ltx_args(resolve(profile, preset(cap)))
+
+
 def test_default_profile_flags():
-    out = ltx_args(P())
+    out = L(P())
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
     assert "python -m ltx_pipelines.distilled \\" in out
-    assert "--diffvae-optimization chunked_eager" in out and "--max-batch-size 1" in out
+    assert "--diffvae-optimization chunked_eager" in out and "--max-batch-size 1" not in out
+    assert "# memory.max_batch_size = 1: --max-batch-size is read only by some pipeline modules" in out
     assert "--offload" not in out and "--quantization" not in out and "--compile" not in out
     assert "# diffvae.na_backend = auto: no ltx-pipelines flag" in out
 
 
 @pytest.mark.parametrize("q", ["fp8-cast", "fp8-scaled-mm", "nvfp4-cast", "nvfp4-prequant"])
 def test_quantization_flags(q):
-    assert f"--quantization {q}" in ltx_args(P(transformer__quantization=q))
+    assert f"--quantization {q}" in L(P(transformer__quantization=q))
 
 
 @pytest.mark.parametrize("q", ["int8-w8a8", "fp8-blockwise"])
 def test_quantizations_without_a_flag_are_comments(q):
-    out = ltx_args(P(transformer__quantization=q))
+    out = L(P(transformer__quantization=q))
     assert "--quantization" not in out and f"# transformer.quantization = {q}: no ltx-pipelines flag" in out
 
 
 def test_offload_compile_and_batch_flags():
-    out = ltx_args(P(offload__mode="disk", compile__enabled=True, memory__max_batch_size=3,
+    out = L(P(offload__mode="disk", compile__enabled=True, memory__max_batch_size=3,
                      memory__expandable_segments=False, diffvae__mode="combined_compile"))
-    assert "--offload disk" in out and "--max-batch-size 3" in out
+    assert "--offload disk" in out and "--max-batch-size" not in out.split("#")[0]
     assert "--diffvae-optimization combined_compile" in out
     assert "    --compile \\" in out  # bare: all defaults
     assert "PYTORCH_CUDA_ALLOC_CONF" not in out
     assert "# offload.gpu_slots = 2: no ltx-pipelines flag" in out
-    keyed = ltx_args(P(compile__enabled=True, compile__mode="max-autotune", compile__backend="aot_eager",
+    keyed = L(P(compile__enabled=True, compile__mode="max-autotune", compile__backend="aot_eager",
                        compile__fullgraph=True, compile__dynamic="true", compile__capture=True))
     assert "--compile mode=max-autotune backend=aot_eager fullgraph=true dynamic=true capture=true" in keyed
 
 
 def test_multi_gpu_uses_mgpu_module_and_drops_ignored_flags():
-    out = ltx_args(P(parallel__gpus=2, parallel__devices=(2, 3), transformer__quantization="fp8-scaled-mm",
+    out = L(P(parallel__gpus=2, parallel__devices=(2, 3), transformer__quantization="fp8-scaled-mm",
                      offload__mode="cpu"))
     assert "python -m ltx_pipelines.distilled_mgpu" in out
+    assert "in place of ltx_pipelines.distilled)" not in out and "*_mgpu module" in out
     assert "export CUDA_VISIBLE_DEVICES=2,3" in out
     assert "    --quantization" not in out and "    --offload" not in out
     assert "ignores --quantization and --offload" in out
@@ -67,38 +73,51 @@ def test_cli_ltx_args(capsys, tmp_path):
     assert "--diffvae-optimization" in json.loads(capsys.readouterr().out)["ltx_args"]
 
 
-def test_plan_follows_the_resolution():
+def test_checks_follow_the_plan():
     p = P(transformer__quantization="fp8-scaled-mm", compile__enabled=True, offload__mode="cpu",
-          parallel__gpus=2)
+          parallel__gpus=2, diffvae__na_backend="natten")
     cap = preset("h100x2")
-    names = [s.name for s in plan(p, resolve(p, cap), cap)]
-    assert names[0] == "na3d natten:hopper-fna"
-    assert "compiled block" in names and "nccl all-reduce x2" in names
+    names = [s.name for s in plan_checks(resolve(p, cap))]
+    assert names[:2] == ["diffvae chunked_eager", "na3d natten:hopper-fna"]
+    assert "compiled blocks (default)" in names and "nccl all-reduce x2" in names
     # multi-GPU runs fp8-cast and no offload, so that is what gets checked
     assert "linear fp8-cast" in names and not any(n.startswith("offload") for n in names)
     single = P(offload__mode="cpu")
-    assert "offload cpu round trip" in [s.name for s in plan(single, resolve(single, preset("h100")), preset("h100"))]
+    assert "offload cpu round trip" in [s.name for s in plan_checks(resolve(single, preset("h100")))]
     cpu = preset("cpu")
-    assert [s.device for s in plan(P(), resolve(P(), cpu), cpu)] == ["cpu"]
+    assert {s.device for s in plan_checks(resolve(P(), cpu))} == {"cpu"}
+
+
+def test_checks_carry_the_plan_step_they_check():
+    plan = resolve(P(diffvae__na_backend="triton", transformer__attention="sdpa_flash"), preset("h100"))
+    specs = {s.kind: s for s in plan_checks(plan)}
+    assert specs["na_backend"].params["args"] == dict(plan.step("na_backend").args) == {"backend": "triton"}
+    assert specs["dense_attention"].params["args"] == {"name": "sdpa_flash"}
 
 
 def test_errors_are_not_smoke_checked():
     p = P(transformer__quantization="fp8-scaled-mm")
-    cap = preset("a100")
-    assert not any(s.name.startswith("linear") for s in plan(p, resolve(p, cap), cap))
+    assert not any(s.name.startswith("linear") for s in plan_checks(resolve(p, preset("a100"))))
+
+
+def _na_spec(backend="eager_sdpa"):
+    plan = resolve(P(diffvae__na_backend=backend), probe())
+    return next(s for s in plan_checks(plan) if s.kind == "na_backend")
 
 
 def test_run_check_passes_fails_times_out_and_cancels():
-    good = run_check(CheckSpec("na3d eager", "na3d", "cpu", {"backend": "eager_sdpa"}))
-    assert good.status == "pass" and good.max_error < 1e-4 and good.seconds > 0
-    bad = run_check(CheckSpec("na3d bogus", "na3d", "cpu", {"backend": "bogus"}))
-    assert bad.status == "error" and "unknown NA backend" in bad.message
-    slow = run_check(CheckSpec("na3d eager", "na3d", "cpu", {"backend": "eager_sdpa"}), timeout=0.05)
+    spec = _na_spec()
+    good = run_check(spec)
+    assert good.status == "pass" and good.max_error < 1e-4 and good.seconds > 0, good
+    wrong = CheckSpec(spec.name, spec.kind, spec.device, {**spec.params, "args": {"backend": "triton"}})
+    bad = run_check(wrong)
+    assert bad.status == "error" and "plan has" in bad.message
+    slow = run_check(spec, timeout=0.05)
     assert slow.status == "timeout" and "0.05" in slow.message
     cancel = threading.Event()
     cancel.set()
-    rows = run_all([CheckSpec("a", "na3d", "cpu", {"backend": "eager_sdpa"})] * 3, cancel=cancel)
-    assert [r.status for r in rows] == ["cancelled"]
+    rows = run_all([spec] * 3, cancel=cancel)
+    assert [r.status for r in rows] == ["cancelled", "not run", "not run"]
 
 
 def test_cli_smoke_on_this_machine(capsys, tmp_path):
@@ -106,7 +125,8 @@ def test_cli_smoke_on_this_machine(capsys, tmp_path):
     path.write_text('[diffvae]\nna_backend = "eager_sdpa"\n[transformer]\nquantization = "fp8-cast"\n')
     code = main(["--check", "--json", "--smoke", "--profile", str(path)])
     doc = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in doc["smoke"]] == ["na3d eager_sdpa", "linear fp8-cast"]
+    assert [r["name"] for r in doc["smoke"]] == ["diffvae chunked_eager", "na3d eager_sdpa", "attention sdpa_math",
+                                                 "linear fp8-cast"]
     assert all(r["status"] == "pass" for r in doc["smoke"])
     assert code == 1  # parallel.gpus: no GPU here
     assert probe().cuda is False

@@ -4,7 +4,8 @@ import pytest
 
 from backends.probe.presets import preset
 from backends.config.options import Profile
-from backends.config.rules import RULES, Facts, Status, exit_code, natten_kernels, resolve
+from backends.config.plan import resolve
+from backends.config.rules import RULES, Facts, Status, exit_code, natten_kernels
 from fakes import with_package, without
 
 
@@ -25,8 +26,9 @@ b200_no_dsl = lambda: without(preset("b200"), "cutlass_dsl")  # noqa: E731
 # rule id -> ((profile, capability) where it fires, (profile, capability) where it holds)
 CASES = {
     "cuda.device": ((P(offload__mode="cpu"), preset("cpu")), (P(offload__mode="cpu"), preset("a100"))),
-    "natten.usable": ((P(), natten_missing("h100")), (P(), preset("h100"))),
-    "natten.flex-slow": ((P(), natten_no_lib("h100")), (P(), preset("cpu"))),
+    "natten.usable": ((P(diffvae__na_backend="natten"), natten_missing("h100")),
+                      (P(diffvae__na_backend="natten"), preset("h100"))),
+    "natten.flex-slow": ((P(diffvae__na_backend="natten"), natten_no_lib("h100")), (P(), preset("cpu"))),
     "triton.na": ((P(diffvae__na_backend="triton"), without(preset("h100"), "triton")),
                   (P(diffvae__na_backend="triton"), preset("h100"))),
     "diffvae.compile-off": ((P(diffvae__mode="chunked_compile"), natten_missing("h100")),
@@ -67,6 +69,9 @@ CASES = {
     "compile.cuda-graphs-single-gpu": ((P(compile__enabled=True, compile__mode="reduce-overhead"), preset("h100")),
                                        (P(compile__enabled=True, compile__mode="reduce-overhead", offload__mode="cpu"),
                                         preset("h100"))),
+    "compile.cuda-graphs-streamed": ((P(compile__enabled=True, compile__mode="reduce-overhead", offload__mode="cpu"),
+                                      preset("h100")),
+                                     (P(compile__enabled=True, compile__mode="reduce-overhead"), preset("h100"))),
     "compile.inductor-triton": ((P(compile__enabled=True), without(preset("h100"), "triton")),
                                 (P(compile__enabled=True), preset("h100"))),
     "compile.dynamic": ((P(compile__enabled=True, compile__dynamic="true"), preset("h100")),
@@ -131,29 +136,42 @@ def by_option(profile, cap):
 
 # --- DESIGN.md's examples -------------------------------------------------------------------
 
-def test_combined_compile_without_natten_is_an_error_naming_natten():
+def test_combined_compile_without_natten_runs_on_triton_and_warns_about_ltx2():
     d = by_option(P(diffvae__mode="combined_compile"), natten_missing("h100"))
-    assert d["diffvae.mode"].status is Status.ERROR
-    assert "natten" in d["diffvae.mode"].message
-    assert d["diffvae.na_backend"].status is Status.ERROR
+    assert (d["diffvae.na_backend"].status, d["diffvae.na_backend"].effective) == (Status.OK, "triton")
+    mode = d["diffvae.mode"]
+    assert (mode.status, mode.effective) == (Status.WARNING, "combined_compile")
+    assert "LTX-2's own pipeline raises" in mode.message and "natten" in mode.message
 
 
-def test_chunked_compile_without_natten_falls_back_to_triton_and_turns_compile_off():
-    d = by_option(P(diffvae__mode="chunked_compile"), natten_missing("h100"))
+def test_chunked_compile_with_triton_stays_compiled_and_says_what_ltx2_would_do():
+    d = by_option(P(diffvae__mode="chunked_compile", diffvae__na_backend="natten"), natten_missing("h100"))
     na = d["diffvae.na_backend"]
     assert (na.status, na.effective) == (Status.FALLBACK, "triton")
     assert [s.value for s in na.chain] == ["natten", "triton"]
     mode = d["diffvae.mode"]
-    assert (mode.status, mode.effective) == (Status.FALLBACK, "chunked_eager")
-    assert "compile" in mode.message and "off" in mode.message
+    assert (mode.status, mode.effective) == (Status.WARNING, "chunked_compile")
+    assert "keeps it compiled" in mode.message and "turns torch.compile off" in mode.message
 
 
 def test_chunked_compile_without_natten_or_cuda_falls_back_to_eager_sdpa():
-    d = by_option(P(diffvae__mode="chunked_compile"), natten_missing("cpu"))
+    d = by_option(P(diffvae__mode="chunked_compile", diffvae__na_backend="natten"), natten_missing("cpu"))
     na = d["diffvae.na_backend"]
     assert na.effective == "eager_sdpa"
     assert [s.value for s in na.chain] == ["natten", "triton", "eager_sdpa"]
-    assert d["diffvae.mode"].effective == "chunked_eager"
+    assert d["diffvae.mode"].effective == "chunked_compile"
+
+
+def test_auto_na_order_is_one_function_and_never_a_fallback():
+    h200 = by_option(P(), natten_missing("h200"))["diffvae.na_backend"]
+    assert (h200.status, h200.effective) == (Status.OK, "triton")
+    a100 = by_option(P(), preset("a100"))["diffvae.na_backend"]
+    assert (a100.status, a100.effective) == (Status.OK, "natten")
+    a100_no_natten = by_option(P(), natten_missing("a100"))["diffvae.na_backend"]
+    assert (a100_no_natten.status, a100_no_natten.effective) == (Status.OK, "triton")
+    # NATTEN's flex-fna on CUDA is skipped by auto (100x+ slower), but taken when asked for
+    flex_only = by_option(P(), natten_no_lib("a100"))["diffvae.na_backend"]
+    assert flex_only.effective == "triton" and "flex-fna" in flex_only.chain[0].reason
 
 
 def test_fp8_scaled_mm_on_a100_is_an_error():
@@ -161,17 +179,29 @@ def test_fp8_scaled_mm_on_a100_is_an_error():
     assert d.status is Status.ERROR and "8.9" in d.message and d.remedy
 
 
-def test_offload_cpu_with_fp8_scaled_mm_is_an_error():
+def test_offload_cpu_with_fp8_scaled_mm_warns_that_ltx2_raises():
     d = by_option(P(offload__mode="cpu", transformer__quantization="fp8-scaled-mm"), preset("h100"))
-    assert d["offload.mode"].status is Status.ERROR
-    assert "fp8-scaled-mm" in d["offload.mode"].message
+    assert d["offload.mode"].status is Status.WARNING
+    assert "fp8-scaled-mm" in d["offload.mode"].message and "LTX-2's own pipeline raises" in d["offload.mode"].message
 
 
-def test_reduce_overhead_with_offload_none_on_one_gpu_is_an_error():
+def test_offload_with_int8_is_not_blamed_on_ltx2():
+    d = by_option(P(offload__mode="cpu", transformer__quantization="int8-w8a8"), preset("h100"))
+    assert d["offload.mode"].status is Status.OK
+
+
+def test_reduce_overhead_with_offload_none_on_one_gpu_warns_that_ltx2_raises():
     d = by_option(P(compile__enabled=True, compile__mode="reduce-overhead"), preset("h100"))
-    assert d["compile.mode"].status is Status.ERROR
+    assert (d["compile.mode"].status, d["compile.mode"].effective) == (Status.WARNING, "reduce-overhead")
     ok = by_option(P(compile__enabled=True, compile__mode="max-autotune-no-cudagraphs"), preset("h100"))
     assert ok["compile.mode"].status is Status.OK
+
+
+def test_cuda_graphs_over_streamed_weights_fall_back_to_plain_compile():
+    d = by_option(P(compile__enabled=True, compile__mode="max-autotune", compile__capture=True, offload__mode="cpu"),
+                  preset("h100"))
+    assert (d["compile.mode"].status, d["compile.mode"].effective) == (Status.FALLBACK, "max-autotune-no-cudagraphs")
+    assert (d["compile.capture"].status, d["compile.capture"].effective) == (Status.FALLBACK, False)
 
 
 def test_gpus_above_visible_count_is_an_error():
@@ -195,9 +225,10 @@ def test_auto_attention_order_per_architecture():
 
 def test_auto_natten_kernel_order():
     assert by_option(P(), preset("b200"))["diffvae.natten_kernel"].effective == "blackwell-fna"
-    assert by_option(P(), preset("h100"))["diffvae.natten_kernel"].effective == "hopper-fna"
+    natten = P(diffvae__na_backend="natten")
+    assert by_option(natten, preset("h100"))["diffvae.natten_kernel"].effective == "hopper-fna"
     assert by_option(P(), preset("a100"))["diffvae.natten_kernel"].effective == "cutlass-fna"
-    flex = by_option(P(), natten_no_lib("h100"))["diffvae.natten_kernel"]
+    flex = by_option(natten, natten_no_lib("h100"))["diffvae.natten_kernel"]
     assert (flex.effective, flex.status) == ("flex-fna", Status.WARNING)
 
 

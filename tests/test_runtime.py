@@ -1,18 +1,30 @@
-"""The runtime end to end on the CPU: profiles from TOML configure a model of NA blocks."""
+"""The runtime on the CPU: profiles from TOML configure models that follow LTX-2's protocols,
+every step planned first and applied only when all can run (issue 9's regressions included)."""
 
+import copy
+import dataclasses
 import os
 
 import pytest
 import torch
 
 from backends import load_profile
-from backends.runtime.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
+from backends.config.options import OPTIONS, Profile
+from backends.config.plan import resolve
 from backends.probe.capability import probe
 from backends.probe.presets import preset
-from backends.runtime.modules import NeighborhoodAttention3D, na_stack
-from backends.config.options import Profile
-from backends.runtime.quant import FP8CastLinear, FP8ScaledMMLinear, Int8Linear, quantize_linears
-from kernels.int8_gemm import int8_linear, quantize_rows
+from backends.runtime.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
+from backends.runtime.attention import NAFunction, implementation
+from backends.runtime.dense_attention import AttentionUnavailable, DenseFunction
+from backends.runtime.modules import DenseAttention, NeighborhoodAttention3D, dense_stack, na_stack
+from backends.runtime.quant import (
+    FP8CastLinear,
+    FP8ScaledMMLinear,
+    Int8Linear,
+    plan_quantization,
+    quantize_linears,
+)
+from kernels.int8_gemm import INT8_K_MAX, int8_linear, quantize_rows
 from kernels.na3d_reference import na3d_reference
 
 
@@ -34,100 +46,194 @@ def write(tmp_path, text):
     return load_profile(path)
 
 
-def test_na_module_matches_a_hand_computation():
+def run(model, x):
+    with torch.inference_mode():
+        return model(x)
+
+
+def test_na_module_follows_ltx2s_protocol_q_prescaled():
     torch.manual_seed(1)
     m = NeighborhoodAttention3D(128, (3, 3, 3), head_dim=64, backend="reference")
     x = torch.randn(2, 3, 4, 5, 128)
+    seen = {}
+
+    def spy(attn, q, k, v):  # LTX-2 calls attention_function(attn, q, k, v)
+        seen.update(attn=attn, q=q)
+        return NAFunction("reference")(attn, q, k, v)
     q, k, v = m.qkv(x).view(2, 3, 4, 5, 3, 2, 64).unbind(4)
-    o = na3d_reference(m.q_norm(q), m.k_norm(k), v, (3, 3, 3))
-    torch.testing.assert_close(m(x), m.proj(o.reshape(2, 3, 4, 5, 128)))
+    o = na3d_reference(m.q_norm(q), m.k_norm(k), v, (3, 3, 3))  # default scale: head_dim ** -0.5
+    m.attention_function = spy
+    torch.testing.assert_close(run(m, x), m.proj(o.reshape(2, 3, 4, 5, 128)))
+    assert seen["attn"] is m and torch.allclose(seen["q"], m.q_norm(q) * 64 ** -0.5)
     with pytest.raises(ValueError, match="expected"):
         m(torch.randn(1, 3, 4, 5, 64))
 
 
-@pytest.mark.parametrize("toml, na, tol", [
-    ('[diffvae]\nna_backend = "eager_sdpa"\n', "eager_sdpa", 1e-5),
-    ('[diffvae]\nna_backend = "natten"\nnatten_kernel = "flex-fna"\n', "natten:flex-fna", 1e-4),
-    ('[diffvae]\nna_backend = "auto"\n', None, 1e-4),
+@pytest.mark.parametrize("toml, installed, tol", [
+    ('[diffvae]\nna_backend = "eager_sdpa"\n', "NAFunction('eager_sdpa')", 1e-5),
+    ('[diffvae]\nna_backend = "natten"\nnatten_kernel = "flex-fna"\n', "NAFunction('natten:flex-fna')", 1e-4),
+    ('[diffvae]\nna_backend = "auto"\n', "NAFunction('eager_sdpa')", 1e-5),  # the CPU's auto order
 ])
-def test_na_backend_from_profile(tmp_path, cpu_cap, toml, na, tol):
-    if "natten" in toml or na is None:
+def test_na_backend_from_profile(tmp_path, cpu_cap, toml, installed, tol):
+    if "natten" in toml:
         pytest.importorskip("natten")
     model, x = model_and_input()
-    ref = model(x)
+    ref = run(model, x)
     report = apply_profile(model, write(tmp_path, toml), cpu_cap)
     change = report.change("diffvae.na_backend")
-    assert change.action == "installed" and len(change.modules) == 2
-    if na:
-        assert f"backend {na}" in change.detail
-    with torch.inference_mode():  # NATTEN's flex-fna has no CPU backward
-        torch.testing.assert_close(model(x), ref, atol=tol, rtol=tol)
+    assert change.action == "installed" and len(change.modules) == 2 and installed in change.detail
+    torch.testing.assert_close(run(model, x), ref, atol=tol, rtol=tol)
 
 
-def test_fp8_cast_from_profile(tmp_path, cpu_cap):
+def test_na_forward_with_gradients_is_refused_clearly(tmp_path, cpu_cap):
     model, x = model_and_input()
-    ref = model(x)
+    apply_profile(model, write(tmp_path, '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
+    with pytest.raises(RuntimeError, match="inference only.*torch.inference_mode"):
+        model(x)  # parameters require grad: LTX-2 runs decode under no_grad; a training forward is refused
+    with torch.no_grad():
+        model(x)
+
+
+def test_reference_is_never_a_runtime_fallthrough():
+    with pytest.raises(ValueError, match="not a concrete NA backend"):
+        implementation("auto")
+    with pytest.raises(ValueError, match="unknown NA backend"):
+        NAFunction("bogus")
+
+
+def test_fp8_cast_default_scope_is_ltx2s_block_linears(tmp_path, cpu_cap):
+    torch.manual_seed(0)
+    model = dense_stack(2, 64, head_dim=32)
+    model.proj_out = torch.nn.Linear(64, 64)  # outside the blocks: never quantized by default
+    x = torch.randn(2, 9, 64)
+    ref = run(model, x)
+    report = apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-cast"\n'), cpu_cap)
+    names = report.change("transformer.quantization").modules
+    assert names == tuple(f"transformer_blocks.{i}.{n}" for i in range(2) for n in
+                          ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "ff.net.0.proj", "ff.net.2"))
+    assert all(isinstance(model.get_submodule(n), FP8CastLinear) for n in names)
+    assert type(model.proj_out) is torch.nn.Linear
+    assert ((run(model, x) - ref).abs().max() / ref.abs().max()) < 0.05
+
+
+def test_quantization_scope_all_linears_widens_it(tmp_path, cpu_cap):
+    model, _ = model_and_input()
     report = apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-cast"\n'
-                                                   '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
-    change = report.change("transformer.quantization")
-    assert change.action == "replaced" and len(change.modules) == 2 * 4  # qkv, proj, 2 mlp per block
-    assert all(isinstance(model.get_submodule(n), FP8CastLinear) for n in change.modules)
-    out = model(x)
-    assert ((out - ref).abs().max() / ref.abs().max()) < 0.05
+                                                   'quantization_scope = "all-linears"\n'), cpu_cap)
+    assert len(report.change("transformer.quantization").modules) == 2 * 4  # qkv, proj, 2 mlp per block
+
+
+def test_linears_a_method_cannot_run_stay_and_are_listed():
+    model = torch.nn.Module()
+    model.transformer_blocks = torch.nn.ModuleList([torch.nn.Module()])
+    block = model.transformer_blocks[0]
+    block.attn1 = torch.nn.Module()
+    block.attn1.to_q = torch.nn.Linear(64, 64)
+    block.attn1.to_k = torch.nn.Linear(60, 64)  # 60 is not a multiple of 16: torch._scaled_mm cannot run it
+    qplan = plan_quantization(model, "fp8-scaled-mm")
+    assert qplan.targets == ("transformer_blocks.0.attn1.to_q",)
+    assert qplan.skipped[0][0] == "transformer_blocks.0.attn1.to_k" and "multiples of 16" in qplan.skipped[0][1]
+    huge = torch.nn.Linear(INT8_K_MAX + 1, 16, device="meta")
+    block.attn1.to_v = huge
+    assert "int32" in dict(plan_quantization(model, "int8-w8a8").skipped)["transformer_blocks.0.attn1.to_v"]
 
 
 def test_compile_from_profile(tmp_path, cpu_cap):
     model, x = model_and_input()
-    ref = model(x)
+    ref = run(model, x)
     report = apply_profile(model, write(tmp_path, '[compile]\nenabled = true\nbackend = "aot_eager"\n'
                                                    '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
     change = report.change("compile.enabled")
-    assert change.action == "compiled" and change.modules == ("blocks.0", "blocks.1")
-    torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
+    assert change.action == "compiled" and change.modules == ("transformer_blocks.0", "transformer_blocks.1")
+    torch.testing.assert_close(run(model, x), ref, atol=1e-5, rtol=1e-5)
 
 
-def test_report_lists_every_change_and_what_is_left_to_the_pipeline(tmp_path, cpu_cap):
+def test_report_has_an_entry_for_every_option_printed_as_toml(tmp_path, cpu_cap):
     model, _ = model_and_input()
     report = apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-cast"\n'), cpu_cap)
-    options = [c.option for c in report.changes]
-    for option in ("diffvae.na_backend", "transformer.quantization", "offload.mode", "compile.enabled",
-                   "memory.expandable_segments", "transformer.attention", "parallel.gpus"):
-        assert option in options
+    assert [c.option for c in report.changes] == [o.key for o in OPTIONS]
+    for option in [o.key for o in OPTIONS]:
+        assert report.change(option).option == option
     text = str(report)
-    assert "pipeline" in text and "replaced" in text
+    assert 'transformer.quantization       = "fp8-cast"' in text and "compile.enabled                = false" in text
+    with pytest.raises(KeyError, match="not an option"):
+        report.change("compile.nope")
+
+
+def test_fallbacks_and_warnings_reach_the_report(tmp_path, cpu_cap):
+    natten_missing = dataclasses.replace(cpu_cap, packages={**cpu_cap.packages, "natten": dataclasses.replace(
+        cpu_cap.package("natten"), available=False, reason="not installed")})
+    model, _ = model_and_input()
+    report = apply_profile(model, write(tmp_path, '[diffvae]\nna_backend = "natten"\n'), natten_missing)
+    assert "NAFunction('eager_sdpa')" in report.change("diffvae.na_backend").detail
+    assert any(w.startswith("diffvae.na_backend: natten cannot run, fell back to eager_sdpa") for w in report.warnings)
+
+
+def test_a_refusal_leaves_the_model_untouched(tmp_path, cpu_cap):
+    pytest.importorskip("natten")
+    torch.manual_seed(0)
+    model = na_stack(2, 96, (3, 3, 3), head_dim=48, backend="reference")  # flex-fna needs a power-of-2 head_dim
+    before = copy.deepcopy(model.state_dict())
+    functions = [m.attention_function for m in model.modules() if hasattr(m, "kernel_size")]
+    profile = write(tmp_path, '[transformer]\nquantization = "fp8-cast"\nquantization_scope = "all-linears"\n'
+                              '[diffvae]\nna_backend = "natten"\nnatten_kernel = "flex-fna"\n')
+    assert not resolve(profile, cpu_cap).blocking  # the plan is fine; this model's head_dim is not
+    with pytest.raises(ProfileNotRunnable, match="natten:flex-fna cannot run transformer_blocks.0.attn.*head_dim 48"):
+        apply_profile(model, profile, cpu_cap)
+    assert all(type(m) is not FP8CastLinear for m in model.modules())
+    assert [m.attention_function for m in model.modules() if hasattr(m, "kernel_size")] == functions
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_cuda_device_without_cuda_is_refused_before_any_change(tmp_path):
+    model, _ = model_and_input()
+    with pytest.raises(ProfileNotRunnable, match="device cuda: this torch build has no CUDA|no CUDA device"):
+        apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-cast"\nquantization_scope = '
+                                             '"all-linears"\n'), preset("h100"), device="cuda")
+    assert all(type(m) is not FP8CastLinear for m in model.modules())
 
 
 def test_errors_are_refused_with_the_rule_message(tmp_path, cpu_cap):
     model, _ = model_and_input()
     for toml, fragment in (('[transformer]\nquantization = "int8-w8a8"\n', "int8 tensor cores"),
                            ('[transformer]\nquantization = "fp8-scaled-mm"\n', "SM >= 8.9"),
-                           ('[offload]\nmode = "cpu"\n', "needs a CUDA device"),
-                           ('[diffvae]\nna_backend = "triton"\nmode = "combined_compile"\n', "natten only")):
+                           ('[offload]\nmode = "cpu"\n', "needs a CUDA device")):
         with pytest.raises(ProfileNotRunnable, match=fragment):
             apply_profile(model, write(tmp_path, toml), cpu_cap)
 
 
-def test_apply_env_sets_and_merges_alloc_conf():
+def test_apply_env_sets_merges_and_is_idempotent(monkeypatch):
     env = {ALLOC_CONF: "max_split_size_mb:128,expandable_segments:False"}
     assert apply_env(Profile(), env) == []
     assert env[ALLOC_CONF] == "max_split_size_mb:128,expandable_segments:True"
     env = {}
     apply_env(Profile().replace(**{"memory.expandable_segments": False}), env)
     assert ALLOC_CONF not in env
+    # called first by the user, then again by apply_profile after CUDA started: no false warning
+    env = {}
+    apply_env(Profile(), env)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert apply_env(Profile(), env) == []
+    assert "already initialised" in apply_env(Profile(), {})[0]
 
 
-def test_find_blocks():
+def test_find_blocks_prefers_transformer_blocks():
     model, _ = model_and_input(depth=3)
     name, blocks = find_blocks(model)
-    assert name == "blocks" and len(blocks) == 3
+    assert name == "transformer_blocks" and len(blocks) == 3
     lone = torch.nn.Linear(2, 2)
     assert find_blocks(lone) == ("", [lone])
+    nested = torch.nn.Module()
+    nested.extra_blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    nested.transformer_blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2)] * 2)
+    assert find_blocks(nested)[0] == "transformer_blocks"
 
 
 def test_quantize_linears_filter_and_errors():
     model, _ = model_and_input()
-    names = quantize_linears(model, "fp8-cast", include="blocks.*.mlp.*")
-    assert names == ["blocks.0.mlp.0", "blocks.0.mlp.2", "blocks.1.mlp.0", "blocks.1.mlp.2"]
+    names = quantize_linears(model, "fp8-cast", include="transformer_blocks.*.mlp.*")
+    assert names == [f"transformer_blocks.{i}.mlp.{j}" for i in range(2) for j in (0, 2)]
     with pytest.raises(ValueError, match="unknown quantization"):
         quantize_linears(model, "fp4")
     from backends.runtime.quant import QuantizationUnavailable
@@ -161,6 +267,39 @@ def test_int8_pieces_on_cpu():
     assert ((fq.float() * fs[:, None] - x).abs() / x.abs().max()).max() < 0.07
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(x_scale=torch.ones(7)), r"x_scale must have shape \(8,\)"),
+    (dict(w_scale=torch.ones(16, 1)), r"w_scale must have shape \(16,\)"),
+    (dict(bias=torch.ones(15)), r"bias must have shape \(16,\)"),
+    (dict(x_scale=torch.ones(8, dtype=torch.int32)), "x_scale must be a float tensor"),
+    (dict(wq=torch.zeros(16, 32, dtype=torch.int8)), "K mismatch"),
+    (dict(xq=torch.zeros(8, 64)), "int8 operands"),
+    (dict(xq=torch.zeros(8, 1, 64, dtype=torch.int8)), "must be 2-D"),
+    (dict(out_dtype=torch.int32), "out_dtype"),
+    (dict(bias=torch.ones(16, device="meta")), "one device"),
+])
+def test_int8_linear_checks_every_argument(change, message):
+    args = dict(xq=torch.zeros(8, 64, dtype=torch.int8), x_scale=torch.ones(8),
+                wq=torch.zeros(16, 64, dtype=torch.int8), w_scale=torch.ones(16), bias=None,
+                out_dtype=torch.float32)
+    args.update(change)
+    with pytest.raises((TypeError, ValueError), match=message):
+        int8_linear(**args)
+
+
+def test_int8_linear_refuses_k_past_the_int32_range():
+    k = INT8_K_MAX + 1
+    with pytest.raises(ValueError, match="out of range"):
+        int8_linear(torch.zeros(1, k, dtype=torch.int8), torch.ones(1), torch.zeros(1, k, dtype=torch.int8),
+                    torch.ones(1))
+
+
+def test_int8_autotune_is_keyed_on_bucketed_m():
+    from kernels.int8_gemm import _int8_mm
+
+    assert _int8_mm.keys == ["M_BUCKET", "N", "K"]
+
+
 def test_scaled_mm_linear_keeps_scales():
     lin = torch.nn.Linear(64, 32)
     assert FP8ScaledMMLinear(lin).weight_scale.shape == (32,)
@@ -176,7 +315,7 @@ def test_presets_can_configure_for_another_machine_but_not_run_here(tmp_path):
         apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-scaled-mm"\n'), preset("h100"))
 
 
-def test_top_level_api_loads_lazily(tmp_path):
+def test_top_level_api_loads_lazily():
     import subprocess
     import sys
 
@@ -184,33 +323,46 @@ def test_top_level_api_loads_lazily(tmp_path):
             "assert callable(backends.apply_profile) and callable(backends.apply_env); "
             "assert backends.NeighborhoodAttention3D.__name__ == 'NeighborhoodAttention3D'; "
             "assert callable(backends.na3d) and callable(backends.load_profile)")
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], env={**os.environ}).returncode == 0
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         import backends
         backends.nope
 
 
-def test_dense_attention_from_profile(tmp_path, cpu_cap):
-    from backends.runtime.dense_attention import DenseAttention
-
+def test_dense_attention_follows_ltx2s_dit_protocol(tmp_path, cpu_cap):
     torch.manual_seed(0)
     model = torch.nn.Sequential(DenseAttention(128), DenseAttention(128))
     x = torch.randn(2, 10, 128)
-    ref = model(x)
+    ref = run(model, x)
     report = apply_profile(model, write(tmp_path, '[transformer]\nattention = "sdpa_math"\n'), cpu_cap)
     change = report.change("transformer.attention")
     assert change.action == "installed" and change.modules == ("0", "1") and "sdpa_math" in change.detail
-    torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
+    assert isinstance(model[0].masked_attention_function, DenseFunction)
+    torch.testing.assert_close(run(model, x), ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ProfileNotRunnable, match="FlashAttention 3 needs SM 9.x"):
         apply_profile(model, write(tmp_path, '[transformer]\nattention = "flash_attention_3"\n'), cpu_cap)
 
 
-def test_flash_attention_without_its_package_says_so():
-    from backends.runtime.dense_attention import AttentionUnavailable, attention_function
+def test_dense_function_masks_like_sdpa():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 4 * 16) for _ in range(3))
+    mask = torch.zeros(2, 5, 5)
+    mask[:, :, -1] = float("-inf")
+    got = DenseFunction("sdpa_math")(q, k, v, 4, mask)
+    split = lambda t: t.view(2, 5, 4, 16).transpose(1, 2)  # noqa: E731
+    want = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask[:, None])
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(2, 5, 64))
 
+
+def test_flash_attention_without_its_package_says_so():
     with pytest.raises(AttentionUnavailable, match="flash_attn_interface, which is not importable"):
-        attention_function("flash_attention_3")
-    q = torch.randn(1, 7, 2, 16)
-    out = attention_function("sdpa_math")(q, q, q, is_causal=True)
-    want = torch.nn.functional.scaled_dot_product_attention(*(q.transpose(1, 2),) * 3, is_causal=True)
-    torch.testing.assert_close(out, want.transpose(1, 2))
+        DenseFunction("flash_attention_3")
+    assert not DenseFunction("sdpa_flash").masks and DenseFunction("pytorch").masks
+
+
+def test_explicit_plan_is_what_apply_profile_runs(tmp_path, cpu_cap):
+    plan = resolve(write(tmp_path, '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
+    model, x = model_and_input()
+    report = apply_profile(model, plan)
+    assert report.plan is plan
+    assert plan.step("na_backend").args == {"backend": "eager_sdpa"}

@@ -7,7 +7,10 @@ maps 1:1 onto their flags.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +69,11 @@ class Quantization(_Choice):
     INT8_W8A8 = "int8-w8a8"
 
 
+class QuantizationScope(_Choice):
+    LTX2_BLOCKS = "ltx2-blocks"
+    ALL_LINEARS = "all-linears"
+
+
 class SparseAttention(_Choice):
     NONE = "none"
     SLA = "sla"
@@ -109,6 +117,7 @@ class DiffVAE:
 class Transformer:
     attention: Attention = Attention.AUTOMATIC
     quantization: Quantization = Quantization.NONE
+    quantization_scope: QuantizationScope = QuantizationScope.LTX2_BLOCKS
     sparse_attention: SparseAttention = SparseAttention.NONE
     sla_topk: float = 0.1
     fast_norm: bool = False
@@ -142,6 +151,11 @@ class Parallel:
     gpus: int = 1
     devices: tuple[int, ...] | None = None
 
+    def __post_init__(self) -> None:
+        if self.devices is not None and len(self.devices) != self.gpus:
+            raise InvalidValue("parallel.devices", f"lists {len(self.devices)} device(s) but parallel.gpus = "
+                               f"{self.gpus}", "make parallel.gpus equal the number of devices, or drop parallel.devices")
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -171,20 +185,66 @@ class Profile:
     def replace(self, **values: Any) -> Profile:
         """A copy with dotted keys changed: ``p.replace(**{"compile.mode": "max-autotune"})``.
 
-        Choice values may be given as strings; device lists as any sequence.
+        Every value is checked by its spec (choices as strings or enums, device lists as any
+        sequence) and the result by the profile's invariants; raises `InvalidValue`.
         """
         sections: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
+            if key not in OPTIONS_BY_KEY:
+                raise InvalidValue(key, "unknown option", suggest(key, list(OPTIONS_BY_KEY)))
             spec = OPTIONS_BY_KEY[key]
-            if spec.choices is not None:
-                value = spec.choices(value)
-            elif spec.kind is Kind.DEVICES and value is not None:
-                value = tuple(value)
-            sections.setdefault(spec.section, {})[spec.name] = value
+            sections.setdefault(spec.section, {})[spec.name] = spec.convert(value)
         return dataclasses.replace(
             self,
             **{s: dataclasses.replace(getattr(self, s), **v) for s, v in sections.items()},
         )
+
+
+class InvalidValue(ValueError):
+    """A value an option does not allow, or a profile that breaks an invariant."""
+
+    def __init__(self, key: str, problem: str, hint: str | None = None) -> None:
+        self.key, self.problem, self.hint = key, problem, hint
+        super().__init__(f"{key}: {problem}" + (f" ({hint})" if hint else ""))
+
+
+def suggest(word: str, choices: list[str]) -> str | None:
+    """A "did you mean" hint for a misspelt word, or None."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    close = close or [c for c in choices if c.startswith(word)][:1]
+    close = close or difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+            tuple: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def show_value(value: Any) -> str:
+    """An option value as the user writes it: `-` for none, `true`, `0,1`, `0.1`."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def toml_value(value: Any) -> str:
+    """An option value as TOML writes it: `"triton"`, `true`, `[0, 1]`, `0.1`; `-` for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, (int, float)):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    return '"' + str(value.value if isinstance(value, enum.Enum) else value).replace('"', '\\"') + '"'
 
 
 class Kind(str, enum.Enum):
@@ -197,7 +257,12 @@ class Kind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option of the vocabulary: key, type, default, allowed values and a line of help."""
+    """One option: key, type, allowed values, help, and where it goes.
+
+    `rules`: the ids of the rules (backends.config.rules) that can decide it; `runtime`: what
+    ltx-tui's runtime does with it; `flag`: the ltx-pipelines v1.2.0 flag or variable (None:
+    LTX-2 has none).
+    """
 
     key: str
     kind: Kind
@@ -207,6 +272,9 @@ class OptionSpec:
     maximum: float | None = None
     exclusive_minimum: bool = False
     optional: bool = False
+    rules: tuple[str, ...] = ()
+    runtime: str = ""
+    flag: str | None = None
 
     @property
     def section(self) -> str:
@@ -233,34 +301,120 @@ class OptionSpec:
         hi = "" if self.maximum is None else f"<= {self.maximum:g}"
         return " ".join(x for x in (kind, lo, "and" if lo and hi else "", hi) if x)
 
+    def convert(self, value: Any) -> Any:
+        """`value` as this option's type, checked; raises InvalidValue saying what is allowed."""
+        def bad(problem: str, hint: str | None = None):
+            raise InvalidValue(self.key, problem, hint)
 
-def _choice(key: str, enum_type: type[_Choice], help: str) -> OptionSpec:
-    return OptionSpec(key, Kind.CHOICE, help, choices=enum_type)
+        raw = value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
+        shown = "a table" if isinstance(value, dict) else json.dumps(raw, ensure_ascii=False, default=str)
+        if self.kind is Kind.CHOICE:
+            if isinstance(value, self.choices):
+                return value
+            if self.key == "compile.dynamic" and isinstance(value, bool):
+                value = "true" if value else "false"
+            if not isinstance(value, str):
+                bad(f"expected {self.allowed()}, found {type_name(value)} {shown}")
+            try:
+                return self.choices(value)
+            except ValueError:
+                bad(f"{shown} is not allowed; expected {self.allowed()}", suggest(value, [c.value for c in self.choices]))
+        if self.kind is Kind.BOOL:
+            if not isinstance(value, bool):
+                hint = f"write {str(value).lower()} without quotes" if str(value).lower() in ("true", "false") else None
+                bad(f"expected true or false, found {type_name(value)} {shown}", hint)
+            return value
+        if self.kind is Kind.DEVICES:
+            if value is None:
+                return None
+            if not isinstance(value, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                                for d in value):
+                bad(f"expected {self.allowed()}, found {shown}")
+            if any(d < 0 for d in value):
+                bad(f"negative CUDA ordinal in {shown}; expected {self.allowed()}")
+            if len(set(value)) != len(value):
+                bad(f"duplicate CUDA ordinal in {shown}; each GPU may appear once")
+            if not value:
+                bad("empty device list; omit parallel.devices to use the first `gpus` ordinals")
+            return tuple(value)
+        numeric = (int,) if self.kind is Kind.INT else (int, float)
+        if isinstance(value, bool) or not isinstance(value, numeric):
+            bad(f"expected {self.allowed()}, found {type_name(value)} {shown}")
+        if isinstance(value, float) and not math.isfinite(value):
+            bad(f"expected {self.allowed()}, found {shown}")
+        too_low = self.minimum is not None and (value <= self.minimum if self.exclusive_minimum else value < self.minimum)
+        too_high = self.maximum is not None and value > self.maximum
+        if too_low or too_high:
+            bad(f"{shown} is out of range; expected {self.allowed()}")
+        return float(value) if self.kind is Kind.FLOAT else value
 
+
+def _choice(key: str, enum_type: type[_Choice], help: str, **kw: Any) -> OptionSpec:
+    return OptionSpec(key, Kind.CHOICE, help, choices=enum_type, **kw)
+
+
+_NA = "installs an NAFunction on every module with attention_function and kernel_size"
+_COMPILE = "torch.compile per transformer block"
+_OFFLOAD = "streams each transformer block's weights from host memory"
+_PIPELINE = "nothing: the LTX-2 pipeline's"
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    _choice("diffvae.mode", DiffVAEMode, "How the DiffVAE decoder runs: chunked or combined, eager or compiled."),
-    _choice("diffvae.na_backend", NABackend, "Kernel family for the decoder's 3D neighborhood attention."),
-    _choice("diffvae.natten_kernel", NattenKernel, "Which NATTEN kernel, when the NA backend is natten."),
-    _choice("transformer.attention", Attention, "Dense attention kernel of the DiT transformer."),
-    _choice("transformer.quantization", Quantization, "Weight (and activation) quantization of the transformer's linears."),
-    _choice("transformer.sparse_attention", SparseAttention, "TurboDiffusion sparse-linear attention in the transformer."),
+    _choice("diffvae.mode", DiffVAEMode, "How the DiffVAE decoder runs: chunked or combined, eager or compiled.",
+            rules=("diffvae.compile-off", "diffvae.combined-needs-natten", "diffvae.blackwell-dsl"),
+            runtime="lays out LTX-2's DiffusionVideoDecoder with LTX-2's own apply_diffvae_config, compiled or not",
+            flag="--diffvae-optimization MODE"),
+    _choice("diffvae.na_backend", NABackend, "Kernel family for the decoder's 3D neighborhood attention.",
+            rules=("natten.usable", "triton.na", "diffvae.dsl-pair", "diffvae.blackwell-dsl"), runtime=_NA),
+    _choice("diffvae.natten_kernel", NattenKernel, "Which NATTEN kernel, when the NA backend is natten.",
+            rules=("natten.usable", "natten.flex-slow"), runtime=_NA + " (natten:KERNEL)"),
+    _choice("transformer.attention", Attention, "Dense attention kernel of the DiT transformer.",
+            rules=("attention.fa3", "attention.fa4", "attention.sdpa_cudnn", "attention.sdpa_flash",
+                   "attention.sdpa_efficient", "attention.mps"),
+            runtime="installs a DenseFunction on every module with attention_function and heads"),
+    _choice("transformer.quantization", Quantization,
+            "Weight (and activation) quantization of the transformer's linears.",
+            rules=("quant.fp8-scaled-mm", "quant.nvfp4", "quant.fp8-blockwise", "quant.int8-w8a8",
+                   "parallel.ignores-quant-offload"),
+            runtime="replaces the nn.Linear in scope with quantized linears",
+            flag="--quantization METHOD (omitted for none; fp8-cast, fp8-scaled-mm, nvfp4-* only)"),
+    _choice("transformer.quantization_scope", QuantizationScope,
+            "Which linears are quantized: LTX-2's block linears (as its fp8-cast), or every nn.Linear.",
+            runtime="selects the linears the quantization replaces"),
+    _choice("transformer.sparse_attention", SparseAttention, "TurboDiffusion sparse-linear attention in the transformer.",
+            rules=("sparse.sla", "sparse.sagesla"), runtime=_PIPELINE),
     OptionSpec("transformer.sla_topk", Kind.FLOAT, "Fraction of blocks kept by sparse attention.",
-               minimum=0.0, maximum=1.0, exclusive_minimum=True),
-    OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer."),
-    OptionSpec("compile.enabled", Kind.BOOL, "torch.compile the transformer blocks."),
-    _choice("compile.mode", CompileMode, "torch.compile mode; reduce-overhead and max-autotune use CUDA graphs."),
-    _choice("compile.backend", CompileBackend, "torch.compile backend."),
-    OptionSpec("compile.fullgraph", Kind.BOOL, "Fail instead of splitting graphs at unsupported code."),
-    _choice("compile.dynamic", Dynamic, "Dynamic shapes: auto lets torch decide."),
-    OptionSpec("compile.capture", Kind.BOOL, "Capture CUDA graphs of the compiled blocks."),
-    _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in."),
-    OptionSpec("offload.gpu_slots", Kind.INT, "GPU buffers that hold streamed blocks.", minimum=1),
-    OptionSpec("offload.prefetch", Kind.INT, "Blocks fetched ahead of compute.", minimum=0),
-    OptionSpec("memory.expandable_segments", Kind.BOOL, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."),
-    OptionSpec("memory.max_batch_size", Kind.INT, "Largest batch the pipeline runs at once.", minimum=1),
-    OptionSpec("parallel.gpus", Kind.INT, "GPUs for sequence parallelism.", minimum=1),
-    OptionSpec("parallel.devices", Kind.DEVICES, "CUDA ordinals to use (default: the first `gpus`).", optional=True),
+               minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_PIPELINE),
+    OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",
+               runtime=_PIPELINE),
+    OptionSpec("compile.enabled", Kind.BOOL, "torch.compile the transformer blocks.", runtime=_COMPILE,
+               flag="--compile [KEY=VALUE ...] (omitted when disabled)"),
+    _choice("compile.mode", CompileMode, "torch.compile mode; reduce-overhead and max-autotune use CUDA graphs.",
+            rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
+            runtime=_COMPILE, flag="--compile mode=VALUE"),
+    _choice("compile.backend", CompileBackend, "torch.compile backend.",
+            rules=("compile.inductor-triton", "cuda.device"), runtime=_COMPILE, flag="--compile backend=VALUE"),
+    OptionSpec("compile.fullgraph", Kind.BOOL, "Fail instead of splitting graphs at unsupported code.",
+               runtime=_COMPILE, flag="--compile fullgraph=VALUE"),
+    _choice("compile.dynamic", Dynamic, "Dynamic shapes: auto lets torch decide.", rules=("compile.dynamic",),
+            runtime=_COMPILE, flag="--compile dynamic=VALUE"),
+    OptionSpec("compile.capture", Kind.BOOL, "Capture CUDA graphs of the compiled blocks.",
+               rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
+               runtime=_COMPILE, flag="--compile capture=VALUE"),
+    _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in.",
+            rules=("cuda.device", "offload.quantization", "parallel.ignores-quant-offload"), runtime=_OFFLOAD,
+            flag="--offload MODE"),
+    OptionSpec("offload.gpu_slots", Kind.INT, "GPU buffers that hold streamed blocks.", minimum=1, runtime=_OFFLOAD),
+    OptionSpec("offload.prefetch", Kind.INT, "Blocks fetched ahead of compute.", minimum=0, runtime=_OFFLOAD),
+    OptionSpec("memory.expandable_segments", Kind.BOOL, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+               runtime="sets PYTORCH_CUDA_ALLOC_CONF (apply_env, before CUDA initialises)",
+               flag="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+    OptionSpec("memory.max_batch_size", Kind.INT, "Largest batch the pipeline runs at once.", minimum=1,
+               runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
+    OptionSpec("parallel.gpus", Kind.INT, "GPUs for sequence parallelism.", minimum=1,
+               rules=("parallel.gpu-count", "parallel.heads", "parallel.linux", "parallel.nccl", "parallel.all2all"),
+               runtime=_PIPELINE, flag="python -m ltx_pipelines.<module>_mgpu (with CUDA_VISIBLE_DEVICES)"),
+    OptionSpec("parallel.devices", Kind.DEVICES, "CUDA ordinals to use (default: the first `gpus`).", optional=True,
+               rules=("parallel.devices",), runtime=_PIPELINE, flag="CUDA_VISIBLE_DEVICES"),
 )
 
 OPTIONS_BY_KEY: dict[str, OptionSpec] = {o.key: o for o in OPTIONS}

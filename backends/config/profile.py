@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import difflib
-import json
-import math
 import os
 import re
 import tempfile
@@ -25,9 +22,10 @@ from backends.config.options import (
     SCHEMA_VERSION,
     SECTIONS,
     Generated,
-    Kind,
-    OptionSpec,
+    InvalidValue,
     Profile,
+    suggest,
+    type_name,
 )
 
 TOOL_VERSION = "0.1.0"
@@ -76,58 +74,6 @@ def _line_of(text: str, table: str | None, key: str | None) -> int | None:
     return None
 
 
-def _suggest(word: str, choices: list[str]) -> str | None:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    close = close or [c for c in choices if c.startswith(word)][:1]
-    close = close or difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
-    return f"did you mean {close[0]!r}?" if close else None
-
-
-def _type_name(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-            dict: "a table"}.get(type(value), type(value).__name__)
-
-
-def _convert(spec: OptionSpec, value: Any, err: Any) -> Any:
-    """Check one value against its spec; returns the typed value or calls err(problem, hint)."""
-    shown = "a table" if isinstance(value, dict) else json.dumps(value, ensure_ascii=False, default=str)
-    if spec.kind is Kind.CHOICE:
-        if spec.key == "compile.dynamic" and isinstance(value, bool):
-            value = "true" if value else "false"
-        if not isinstance(value, str):
-            err(f"expected {spec.allowed()}, found {_type_name(value)} {shown}")
-        try:
-            return spec.choices(value)
-        except ValueError:
-            err(f"{shown} is not allowed; expected {spec.allowed()}",
-                _suggest(value, [c.value for c in spec.choices]))
-    if spec.kind is Kind.BOOL:
-        if not isinstance(value, bool):
-            hint = f"write {str(value).lower()} without quotes" if str(value).lower() in ("true", "false") else None
-            err(f"expected true or false, found {_type_name(value)} {shown}", hint)
-        return value
-    if spec.kind is Kind.DEVICES:
-        if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
-            err(f"expected {spec.allowed()}, found {shown}")
-        if any(d < 0 for d in value):
-            err(f"negative CUDA ordinal in {shown}; expected {spec.allowed()}")
-        if len(set(value)) != len(value):
-            err(f"duplicate CUDA ordinal in {shown}; each GPU may appear once")
-        if not value:
-            err("empty device list; omit parallel.devices to use the first `gpus` ordinals")
-        return tuple(value)
-    numeric = (int,) if spec.kind is Kind.INT else (int, float)
-    if isinstance(value, bool) or not isinstance(value, numeric):
-        err(f"expected {spec.allowed()}, found {_type_name(value)} {shown}")
-    if isinstance(value, float) and not math.isfinite(value):
-        err(f"expected {spec.allowed()}, found {shown}")
-    too_low = spec.minimum is not None and (value <= spec.minimum if spec.exclusive_minimum else value < spec.minimum)
-    too_high = spec.maximum is not None and value > spec.maximum
-    if too_low or too_high:
-        err(f"{shown} is out of range; expected {spec.allowed()}")
-    return float(value) if spec.kind is Kind.FLOAT else value
-
-
 def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str = "") -> tuple[Profile, list[ProfileWarning]]:
     """A Profile from parsed TOML data; raises ProfileError on the first bad entry."""
     warnings: list[ProfileWarning] = []
@@ -141,7 +87,7 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     if version is None:
         warnings.append(ProfileWarning(str(path), "no schema_version; reading it as schema_version = 1"))
     elif isinstance(version, bool) or not isinstance(version, int):
-        fail(f"expected an integer, found {_type_name(version)}", key="schema_version",
+        fail(f"expected an integer, found {type_name(version)}", key="schema_version",
              hint=f"write schema_version = {SCHEMA_VERSION}")
     elif version > SCHEMA_VERSION:
         fail(f"schema_version {version} is newer than this ltx-tui understands ({SCHEMA_VERSION})",
@@ -153,12 +99,12 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     values: dict[str, Any] = {}
     for top, body in data.items():
         if top not in allowed_top:
-            hint = _suggest(top, allowed_top) or f"known tables: {', '.join(SECTIONS)}, generated"
+            hint = suggest(top, allowed_top) or f"known tables: {', '.join(SECTIONS)}, generated"
             fail(f"unknown {'table' if isinstance(body, dict) else 'key'} [{top}]", table=top, hint=hint)
         if top in ("schema_version",):
             continue
         if not isinstance(body, dict):
-            fail(f"expected a table [{top}], found {_type_name(body)}", key=top)
+            fail(f"expected a table [{top}], found {type_name(body)}", key=top)
         if top == "generated":
             continue
         names = [o.name for o in OPTIONS if o.section == top]
@@ -166,21 +112,19 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
             key = f"{top}.{name}"
             if key not in OPTIONS_BY_KEY:
                 elsewhere = [o.key for o in OPTIONS if o.name == name]
-                hint = _suggest(name, names) or (f"it belongs in [{elsewhere[0].split('.')[0]}]" if elsewhere
+                hint = suggest(name, names) or (f"it belongs in [{elsewhere[0].split('.')[0]}]" if elsewhere
                                                  else f"keys of [{top}]: {', '.join(names)}")
                 fail(f"unknown key {name!r} in [{top}]", table=top, key=name, hint=hint)
 
-            def err(problem: str, hint: str | None = None, *, _t=top, _n=name) -> None:
-                fail(problem, table=_t, key=_n, hint=hint)
-
-            values[key] = _convert(OPTIONS_BY_KEY[key], value, err)
-
-    devices = values.get("parallel.devices")
-    gpus = values.get("parallel.gpus", 1)
-    if devices is not None and len(devices) != gpus:
-        fail(f"lists {len(devices)} device(s) but parallel.gpus = {gpus}", table="parallel", key="devices",
-             hint="make parallel.gpus equal the number of devices, or drop parallel.devices")
-    profile = Profile().replace(**values) if values else Profile()
+            try:
+                values[key] = OPTIONS_BY_KEY[key].convert(value)
+            except InvalidValue as e:
+                fail(e.problem, table=top, key=name, hint=e.hint)
+    try:
+        profile = Profile().replace(**values) if values else Profile()
+    except InvalidValue as e:  # an invariant across options
+        table, _, name = e.key.partition(".")
+        fail(e.problem, table=table, key=name, hint=e.hint)
     gen = data.get("generated")
     if isinstance(gen, dict):
         extra = [k for k in gen if k not in GENERATED_KEYS]

@@ -1,7 +1,7 @@
-"""Requirement and compatibility rules, and `resolve(profile, capability)`.
+"""Requirement and compatibility rules, and `decide(profile, capability)`.
 
 `RULES` is the one place a requirement is written: each rule has a stable id, a check
-over `Facts`, a message naming what is missing and a remedy. `resolve()` walks the
+over `Facts`, a message naming what is missing and a remedy. `decide()` walks the
 options and returns one `Decision` per option key, with the chain of steps that led
 from the requested value to the effective one.
 """
@@ -24,6 +24,7 @@ from backends.config.options import (
     OffloadMode,
     Profile,
     Quantization,
+    QuantizationScope,
     SparseAttention,
 )
 
@@ -184,6 +185,48 @@ def _natten_why(f: Facts) -> str:
     return "; ".join(f"{k.value}: {natten_kernel_check(k, f).reason}" for k in _natten_candidates(f))
 
 
+# --- The NA backend order (the one place `auto` is decided) ---------------------------------
+
+NA_FALLBACK_ORDER = (NABackend.NATTEN, NABackend.TRITON, NABackend.EAGER_SDPA)  # LTX-2's own order
+NA_RULE = {NABackend.NATTEN: "natten.usable", NABackend.TRITON: "triton.na"}
+NA_GOOD = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fused Triton NA kernel",
+           NABackend.EAGER_SDPA: "tiled eager SDPA runs on any device (slowest)"}
+
+
+def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:
+    """The order `auto` tries NA backends in here, and why.
+
+    On SM 9.0 ltx-tui's Triton kernel comes first: measured 4.4-5.2x faster than LTX-2's Triton
+    fallback and ~4x faster than NATTEN hopper-fna's anchored times at the DiffVAE shapes
+    (bench/na3d.py, ANCHORS.md). Elsewhere on CUDA NATTEN's CUDA kernels come first (not
+    measured against ours), then Triton, then eager SDPA. On the CPU tiled eager SDPA comes
+    first: NATTEN's flex-fna decoded a small LTX-2 DiffusionVideoDecoder 35x slower (41.8 s vs
+    1.1 s on this project's 2-core dev machine).
+    """
+    if f.cuda and f.sm == (9, 0):
+        return (NABackend.TRITON, NABackend.NATTEN, NABackend.EAGER_SDPA), \
+            "on SM 9.0 ltx-tui's Triton NA measured fastest"
+    if f.cuda:
+        return NA_FALLBACK_ORDER, "NATTEN's CUDA kernels first off SM 9.0"
+    return (NABackend.EAGER_SDPA, NABackend.NATTEN), "no CUDA device: tiled eager SDPA is fastest on the CPU"
+
+
+def na_usable(backend: NABackend, f: Facts, *, for_auto: bool = False) -> Availability:
+    """Whether NA `backend` runs here. For `auto`, NATTEN counts on CUDA only with a fused kernel
+    (its flex-fna materialises every score: 100x+ slower at DiffVAE shapes)."""
+    if backend is NABackend.NATTEN:
+        if not _natten_usable(f):
+            return Availability(False, _natten_why(f))
+        if for_auto and f.cuda and not any(natten_kernel_check(k, f).available
+                                           for k in _natten_candidates(f) if k is not NattenKernel.FLEX):
+            return Availability(False, "only NATTEN's flex-fna runs here, which auto skips on CUDA (100x+ slower)")
+        return Availability(True)
+    if backend is NABackend.TRITON:
+        ok = RULES["triton.na"].holds(f)
+        return Availability(ok, None if ok else RULES["triton.na"].message(f))
+    return Availability(True)
+
+
 # --- The rules table ------------------------------------------------------------------------
 
 def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
@@ -191,6 +234,10 @@ def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
 
 
 CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+NO_GRAPH_MODE = {CompileMode.REDUCE_OVERHEAD: CompileMode.DEFAULT,
+                 CompileMode.MAX_AUTOTUNE: CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS}
+LTX2_QUANT_FLAGS = (Quantization.FP8_CAST, Quantization.FP8_SCALED_MM, Quantization.NVFP4_CAST,
+                    Quantization.NVFP4_PREQUANT)
 OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)
 DSL_SMS = ((10, 0), (10, 1), (10, 3))
 SEQUENCE_PARALLEL_HEADS = 32
@@ -210,13 +257,15 @@ _RULES: tuple[Rule, ...] = (
          else f"the Triton NA kernel needs a CUDA device: {f.no_cuda_reason}",
          "pip install triton on a CUDA machine, or use diffvae.na_backend = \"eager_sdpa\""),
     Rule("diffvae.compile-off",
-         lambda f: f.profile.diffvae.mode is not DiffVAEMode.CHUNKED_COMPILE
-         or (f.profile.diffvae.na_backend in (NABackend.AUTO, NABackend.NATTEN) and _natten_usable(f)),
-         lambda f: "LTX-2 turns torch.compile off for the DiffVAE when it does not run on natten",
-         "install natten with CUDA kernels to keep chunked_compile, or choose chunked_eager to say so"),
-    Rule("diffvae.combined-needs-natten", _natten_usable,
-         lambda f: "combined_compile runs only on natten, which cannot run here: " + _natten_why(f),
-         "install natten with CUDA kernels, or use diffvae.mode = \"chunked_compile\""),
+         lambda f: f.profile.diffvae.mode is not DiffVAEMode.CHUNKED_COMPILE or _natten_usable(f),
+         lambda f: "ltx-tui's runtime keeps it compiled (its NA is a torch custom op), but LTX-2's own pipeline "
+         "turns torch.compile off for the DiffVAE when natten cannot run (" + _natten_why(f) + ")",
+         "apply the profile with ltx-tui's runtime, or install natten with CUDA kernels for LTX-2's pipeline"),
+    Rule("diffvae.combined-needs-natten",
+         lambda f: f.profile.diffvae.mode is not DiffVAEMode.COMBINED_COMPILE or _natten_usable(f),
+         lambda f: "ltx-tui's runtime runs it on any NA backend, but LTX-2's own pipeline raises for "
+         "combined_compile without natten (" + _natten_why(f) + ")",
+         "apply the profile with ltx-tui's runtime, or install natten with CUDA kernels for LTX-2's pipeline"),
     Rule("diffvae.blackwell-dsl",
          lambda f: f.cuda and f.sm in DSL_SMS and f.ltx_part("vae") and f.has("cutlass_dsl"),
          lambda f: "blackwell_dsl needs SM 10.0/10.1/10.3 (here: " + f.sm_text + "), ltx_kernels.vae ("
@@ -280,10 +329,16 @@ _RULES: tuple[Rule, ...] = (
          "use compile.mode = \"default\" and capture = false"),
     Rule("compile.cuda-graphs-single-gpu",
          lambda f: f.profile.parallel.gpus > 1 or f.profile.offload.mode is not OffloadMode.NONE,
-         lambda f: "CUDA graphs (compile mode reduce-overhead/max-autotune or capture=true) with offload none on "
-         "one GPU: LTX-2's single-GPU builder does not keep resident weights and raises",
-         "use compile.mode = \"default\" or \"max-autotune-no-cudagraphs\" with capture = false, "
-         "or set offload.mode = \"cpu\""),
+         lambda f: "ltx-tui's runtime captures CUDA graphs over resident weights, but LTX-2's own single-GPU "
+         "builder does not keep resident weights and raises for CUDA graphs with offload none",
+         "apply the profile with ltx-tui's runtime; for LTX-2's pipeline use compile.mode = \"default\" or "
+         "\"max-autotune-no-cudagraphs\" with capture = false"),
+    Rule("compile.cuda-graphs-streamed",
+         lambda f: f.profile.offload.mode is OffloadMode.NONE or f.profile.parallel.gpus > 1
+         or not (f.profile.compile.mode in CUDA_GRAPH_MODES or f.profile.compile.capture),
+         lambda f: f"ltx-tui's runtime streams offloaded weights ({f.profile.offload.mode}) through shared GPU slots, "
+         "which CUDA graphs cannot follow: it compiles those blocks without CUDA graphs",
+         "set offload.mode = \"none\" to keep CUDA graphs, or compile.mode = \"default\" to say so"),
     Rule("compile.inductor-triton", lambda f: not f.cuda or f.has("triton"),
          lambda f: f"the inductor backend generates Triton kernels on CUDA, but triton is not importable "
          f"({f.why_not('triton')})",
@@ -292,10 +347,13 @@ _RULES: tuple[Rule, ...] = (
          lambda f: "dynamic=true: the pipelines call .item() on data (data-dependent shapes), expect graph breaks",
          "leave compile.dynamic = \"auto\" unless you know the shapes vary"),
     Rule("offload.quantization",
-         lambda f: f.profile.transformer.quantization in OFFLOAD_QUANTIZATIONS,
-         lambda f: f"offload {f.profile.offload.mode} works only with quantization none or fp8-cast; "
-         f"LTX-2 raises for {f.profile.transformer.quantization}",
-         "set transformer.quantization = \"fp8-cast\", or offload.mode = \"none\""),
+         lambda f: f.profile.transformer.quantization in OFFLOAD_QUANTIZATIONS
+         or f.profile.transformer.quantization not in LTX2_QUANT_FLAGS,
+         lambda f: f"ltx-tui's runtime streams {f.profile.transformer.quantization} weights, but LTX-2's own "
+         f"pipeline raises for --offload {f.profile.offload.mode} with --quantization "
+         f"{f.profile.transformer.quantization} (only none or fp8-cast)",
+         "apply the profile with ltx-tui's runtime; for LTX-2's pipeline use transformer.quantization = "
+         "\"fp8-cast\" or offload.mode = \"none\""),
     Rule("parallel.gpu-count", lambda f: f.profile.parallel.gpus <= len(f.cap.gpus) and (f.cuda or not f.cap.gpus),
          lambda f: f"parallel.gpus = {f.profile.parallel.gpus} but {len(f.cap.gpus) if f.cuda else 0} "
          f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})"),
@@ -365,58 +423,60 @@ class _Resolver:
         return False
 
     def warn(self, key: str, rule_id: str, effective: Any = ..., reason: str | None = None) -> None:
+        """A warning: `effective` (default: as requested) runs, and the rule says what to know."""
         rule = RULES[rule_id]
         value = self.p.get(key) if effective is ... else effective
-        chain = [Step(_plain(self.p.get(key)), reason or "requested")] if effective is not ... else []
+        chain = [Step(_plain(self.p.get(key)), reason or "requested")] if effective is not ... or reason else []
         chain.append(Step(_plain(value), rule.message(self.f)))
         self.put(key, value, Status.WARNING, chain, [rule_id], rule.message(self.f), rule.remedy)
 
     # options -----------------------------------------------------------------------------
     def diffvae(self) -> None:
         mode, req = self.p.diffvae.mode, self.p.diffvae.na_backend
-        f = self.f
         na_key = "diffvae.na_backend"
-        if not RULES["diffvae.dsl-pair"].holds(f):
+        if not RULES["diffvae.dsl-pair"].holds(self.f):
             self.require(na_key, ["diffvae.dsl-pair"], "")
         elif mode is DiffVAEMode.BLACKWELL_DSL:
             if self.require(na_key, ["diffvae.blackwell-dsl"], ""):
                 self.ok(na_key, "Blackwell DSL kernels from ltx_kernels.vae", NABackend.BLACKWELL_DSL,
                         ["diffvae.blackwell-dsl"])
-        elif mode is DiffVAEMode.COMBINED_COMPILE:
-            if req not in (NABackend.AUTO, NABackend.NATTEN):
-                self.put(na_key, None, Status.ERROR, [Step(req.value, "combined_compile runs natten only")],
-                         ["diffvae.combined-needs-natten"], f"diffvae.mode combined_compile runs natten only, "
-                         f"not {req}", "set diffvae.na_backend = \"natten\" (or \"auto\"), or use a chunked mode")
-            else:
-                self.require(na_key, ["diffvae.combined-needs-natten"], "natten (combined_compile requires it)")
         else:
             self._na_chain(na_key, req)
         self._natten_kernel()
         self._mode()
 
     def _na_chain(self, key: str, req: NABackend) -> None:
-        order = [NABackend.NATTEN, NABackend.TRITON, NABackend.EAGER_SDPA]
-        start = 0 if req is NABackend.AUTO else order.index(req)
-        rule_of = {NABackend.NATTEN: "natten.usable", NABackend.TRITON: "triton.na"}
-        chain: list[Step] = []
-        fired: list[str] = []
-        for backend in order[start:]:
-            rule_id = rule_of.get(backend)
-            if rule_id and not RULES[rule_id].holds(self.f):
-                chain.append(Step(backend.value, RULES[rule_id].message(self.f)))
-                fired.append(rule_id)
+        """`auto`: the first usable backend of `na_auto_order`; else the requested one, falling back
+        natten -> triton -> eager_sdpa as LTX-2 does."""
+        f = self.f
+        if req is NABackend.AUTO:
+            order, why_first = na_auto_order(f)
+            chain: list[Step] = []
+            for backend in order:
+                usable = na_usable(backend, f, for_auto=True)
+                if not usable.available:
+                    chain.append(Step(backend.value, usable.reason))
+                    continue
+                chain.append(Step(backend.value, f"auto ({why_first}): {NA_GOOD[backend]}"))
+                self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in order if b in NA_RULE])
+                return
+            self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].remedy)
+            return
+        order = list(NA_FALLBACK_ORDER)
+        chain, fired = [], []
+        for backend in order[order.index(req):]:
+            usable = na_usable(backend, f)
+            if not usable.available:
+                chain.append(Step(backend.value, usable.reason))
+                fired.append(NA_RULE[backend])
                 continue
-            good = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fused Triton NA kernel",
-                    NABackend.EAGER_SDPA: "tiled eager SDPA runs on any device (slowest)"}[backend]
-            if req is NABackend.AUTO and not chain:
-                good = "auto picks natten first: " + good
-            chain.append(Step(backend.value, good))
+            chain.append(Step(backend.value, NA_GOOD[backend]))
             if not fired:
-                self.put(key, backend, Status.OK, chain, [r for r in (rule_id,) if r])
+                self.put(key, backend, Status.OK, chain, [r for r in (NA_RULE.get(backend),) if r])
             else:
                 first = RULES[fired[0]]
                 self.put(key, backend, Status.FALLBACK, chain, fired,
-                         f"{order[start]} cannot run, fell back to {backend}: " + first.message(self.f), first.remedy)
+                         f"{req} cannot run, fell back to {backend}: " + first.message(f), first.remedy)
             return
 
     def _natten_kernel(self) -> None:
@@ -425,13 +485,12 @@ class _Resolver:
         na = self.out["diffvae.na_backend"].effective
         if na != NABackend.NATTEN.value:
             asked = self.p.diffvae.na_backend in (NABackend.AUTO, NABackend.NATTEN)
-            if kernel is not NattenKernel.AUTO and asked:
-                check = natten_kernel_check(kernel, self.f)
-                if not check.available:
-                    self.put(key, None, Status.ERROR, [Step(kernel.value, check.reason)],
-                             ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
-                             RULES["natten.usable"].remedy)
-                    return
+            check = natten_kernel_check(kernel, self.f) if kernel is not NattenKernel.AUTO else None
+            if check is not None and asked and not check.available:
+                self.put(key, None, Status.ERROR, [Step(kernel.value, check.reason)],
+                         ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
+                         RULES["natten.usable"].remedy)
+                return
             self.unused(key, f"the NA backend is {na}" if na else "the NA backend cannot run (see diffvae.na_backend)")
             return
         chain = []
@@ -441,7 +500,7 @@ class _Resolver:
                 chain.append(Step(k.value, check.reason))
                 continue
             chain.append(Step(k.value, ("auto (blackwell > hopper > cutlass > flex): " if kernel is NattenKernel.AUTO
-                                        else "") + "runs bf16 head_dim 64 here"))
+                                        else "") + f"runs {self.f.dtype} head_dim {self.f.head_dim} here"))
             if k is NattenKernel.FLEX and not RULES["natten.flex-slow"].holds(self.f):
                 rule = RULES["natten.flex-slow"]
                 self.put(key, k, Status.WARNING, chain, ["natten.flex-slow"], rule.message(self.f), rule.remedy)
@@ -452,20 +511,18 @@ class _Resolver:
     def _mode(self) -> None:
         key = "diffvae.mode"
         mode = self.p.diffvae.mode
-        na = self.out["diffvae.na_backend"]
-        if na.effective is not None and not RULES["diffvae.compile-off"].holds(self.f):
-            rule = RULES["diffvae.compile-off"]
-            msg = f"{rule.message(self.f)}: the NA backend is {na.effective}, so compile is off"
-            self.put(key, DiffVAEMode.CHUNKED_EAGER, Status.FALLBACK,
-                     [Step(mode.value, f"needs natten to stay compiled; NA backend is {na.effective}"),
-                      Step(DiffVAEMode.CHUNKED_EAGER.value, msg)], [rule.id], msg, rule.remedy)
-        elif mode is DiffVAEMode.COMBINED_COMPILE:
-            self.require(key, ["diffvae.combined-needs-natten"], "combined_compile on natten")
-        elif mode is DiffVAEMode.BLACKWELL_DSL:
+        na = self.out["diffvae.na_backend"].effective
+        if mode is DiffVAEMode.BLACKWELL_DSL:
             self.require(key, ["diffvae.blackwell-dsl"], "Blackwell DSL decoder kernels")
+            return
+        reason = {DiffVAEMode.CHUNKED_EAGER: "chunked decode, eager",
+                  DiffVAEMode.CHUNKED_COMPILE: f"chunked decode, compiled with the {na or '?'} NA inside the graph",
+                  DiffVAEMode.COMBINED_COMPILE: f"combined decode, compiled with the {na or '?'} NA inside the graph"}[mode]
+        ltx2_only = [r for r in ("diffvae.compile-off", "diffvae.combined-needs-natten") if not RULES[r].holds(self.f)]
+        if na is not None and ltx2_only:
+            self.warn(key, ltx2_only[0], reason=reason)
         else:
-            self.ok(key, {DiffVAEMode.CHUNKED_EAGER: "chunked decode, eager",
-                          DiffVAEMode.CHUNKED_COMPILE: "chunked decode, compiled (natten)"}[mode])
+            self.ok(key, reason)
 
     def attention(self) -> None:
         key = "transformer.attention"
@@ -498,6 +555,17 @@ class _Resolver:
                     else "SDPA math backend runs anywhere")
 
     def quantization(self) -> None:
+        self._quantization()
+        q = self.out["transformer.quantization"].effective
+        if q in (None, Quantization.NONE.value):
+            self.unused("transformer.quantization_scope", "nothing is quantized")
+        elif self.p.transformer.quantization_scope is QuantizationScope.LTX2_BLOCKS:
+            self.ok("transformer.quantization_scope", "LTX-2's block linears (to_q/k/v, to_out.0, ff.net.0.proj, "
+                    "ff.net.2), as LTX-2's fp8-cast")
+        else:
+            self.ok("transformer.quantization_scope", "every nn.Linear")
+
+    def _quantization(self) -> None:
         key = "transformer.quantization"
         q = self.p.transformer.quantization
         if self.p.parallel.gpus > 1:
@@ -536,15 +604,24 @@ class _Resolver:
                 self.unused(k, "compile.enabled is false")
             return
         self.ok("compile.enabled", "torch.compile per transformer block")
-        graphs = ["compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu"]
-        if c.mode in CUDA_GRAPH_MODES:
-            self.require("compile.mode", graphs, f"{c.mode} (CUDA graphs)")
-        else:
-            self.ok("compile.mode", f"{c.mode} (no CUDA graphs)")
-        if c.capture:
-            self.require("compile.capture", graphs, "CUDA graph capture")
-        else:
-            self.ok("compile.capture", "no CUDA graph capture")
+        f = self.f
+        streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
+        for key, value, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
+                                   ("compile.capture", c.capture, c.capture)):
+            if not graphs:
+                self.ok(key, f"{c.mode} (no CUDA graphs)" if key == "compile.mode" else "no CUDA graph capture")
+            elif not self.require(key, ["compile.cuda-graphs-cuda"], ""):
+                continue
+            elif streamed:
+                rule = RULES["compile.cuda-graphs-streamed"]
+                plain = NO_GRAPH_MODE[c.mode] if key == "compile.mode" else False
+                self.put(key, plain, Status.FALLBACK, [Step(_plain(value), "CUDA graphs"),
+                                                       Step(_plain(plain), rule.message(f))],
+                         [rule.id], rule.message(f), rule.remedy)
+            elif not RULES["compile.cuda-graphs-single-gpu"].holds(f):
+                self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(value)} (CUDA graphs)")
+            else:
+                self.ok(key, f"{_plain(value)} (CUDA graphs)", rules=["compile.cuda-graphs-cuda"])
         if c.backend is CompileBackend.INDUCTOR:
             self.require("compile.backend", ["compile.inductor-triton"], "inductor")
         elif c.backend is CompileBackend.CUDAGRAPHS:
@@ -563,9 +640,12 @@ class _Resolver:
             self.ok("offload.mode", "no offload: weights stay resident")
         elif self.p.parallel.gpus > 1:
             self.warn("offload.mode", "parallel.ignores-quant-offload", OffloadMode.NONE, f"requested {o.mode}")
-        else:
-            self.require("offload.mode", ["cuda.device", "offload.quantization"],
-                         f"weights streamed from {'pinned CPU memory' if o.mode is OffloadMode.CPU else 'disk'}")
+        elif self.require("offload.mode", ["cuda.device"], ""):
+            how = f"weights streamed from {'pinned CPU memory' if o.mode is OffloadMode.CPU else 'disk'}"
+            if RULES["offload.quantization"].holds(self.f):
+                self.ok("offload.mode", how, rules=["cuda.device", "offload.quantization"])
+            else:
+                self.warn("offload.mode", "offload.quantization", reason=how)
         if o.mode is OffloadMode.NONE:
             self.unused("offload.gpu_slots", "offload.mode is none")
             self.unused("offload.prefetch", "offload.mode is none")
@@ -618,8 +698,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def resolve(profile: Profile, capability: Capability) -> list[Decision]:
-    """One decision per option of the vocabulary, in vocabulary order."""
+def decide(profile: Profile, capability: Capability) -> list[Decision]:
+    """One decision per option of the vocabulary, in vocabulary order (see plan.resolve)."""
     return _Resolver(profile, capability).run()
 
 

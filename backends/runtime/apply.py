@@ -1,11 +1,19 @@
 """Apply a profile: environment (`apply_env`) and model (`apply_profile`), with a report.
 
-`apply_profile` resolves the profile against the live capability (as seen from the model's
-device), refuses options that cannot run with the rule's message, then installs: the NA
-backend on every module with `attention_function` and `kernel_size`, the dense attention on
-every module with `attention_function` and no `kernel_size`, quantized linears,
-weight streaming for offload, and torch.compile per block. Every option appears in the
-report, including those the runtime leaves to the LTX-2 pipeline.
+`apply_profile` resolves the profile into a plan (`backends.config.plan`) on this machine as the
+model's device sees it, then takes the plan's steps in two passes: every step is prepared first
+(targets found, callables built, each module checked against what its method can run), and only
+when all are ready are they applied. A refusal therefore leaves the model untouched.
+
+The steps, on LTX-2's real modules or any module that follows their protocols:
+- `diffvae_layout`: LTX-2's DiffusionVideoDecoder laid out for `diffvae.mode` (`runtime.ltx2`);
+- `na_backend`: an `NAFunction` on every module with `attention_function` and `kernel_size`;
+- `dense_attention`: a `DenseFunction` on every module with `attention_function` and `heads`
+  (the masked slot too, where the kernel can mask);
+- `quantize`: quantized linears in `transformer.quantization_scope` (`include=` narrows it);
+- `offload`: the transformer blocks' weights streamed from host memory (`runtime.offload`);
+- `compile`: torch.compile per transformer block; with CUDA graphs, a step is marked at every
+  forward of the model and its outputs are copied out of the graph pool.
 """
 
 from __future__ import annotations
@@ -13,34 +21,28 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import MutableMapping
+from typing import Any, Callable, MutableMapping
 
 import torch
 import torch.nn as nn
+import torch.utils._pytree as pytree
 
-from backends.runtime.attention import implementation
-from backends.runtime.dense_attention import attention_function
-from backends.probe.capability import Capability, probe
+from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, toml_value
+from backends.config.plan import PIPELINE, Plan, Step, resolve
+from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
+from backends.probe.capability import Capability, import_optional, probe
+from backends.runtime.attention import DTYPE_NAMES, NAFunction
+from backends.runtime.dense_attention import DenseFunction
+from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
-from backends.config.options import OffloadMode, Profile, Quantization
-from backends.runtime.quant import quantize_linears
-from backends.config.rules import Decision, Status, resolve
+from backends.runtime.quant import plan_quantization
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
-# Options apply_profile leaves to the LTX-2 pipeline / launcher, and why.
-PIPELINE_OPTIONS = {
-    "diffvae.mode": "decode chunking is the pipeline's (--diffvae-optimization; see --ltx-args)",
-    "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
-    "transformer.sla_topk": "used by TurboDiffusion's sparse attention only",
-    "transformer.fast_norm": "fused norms are TurboDiffusion's; ltx-tui's runtime does not install them",
-    "memory.max_batch_size": "batching is the pipeline's (--max-batch-size)",
-    "parallel.gpus": "multi-GPU launch is the pipeline's (*_mgpu modules)",
-    "parallel.devices": "device selection is the launcher's (CUDA_VISIBLE_DEVICES)",
-}
+EXPANDABLE = "expandable_segments:True"
 
 
 class ProfileNotRunnable(RuntimeError):
-    """Some option of the profile cannot run here; the message lists each with its remedy."""
+    """The profile cannot be applied to this model here; the message lists each reason with its fix."""
 
 
 @dataclass(frozen=True)
@@ -53,64 +55,66 @@ class Change:
 
 @dataclass
 class ApplyReport:
+    """What apply_profile did, an entry for every option of the vocabulary."""
+
+    plan: Plan
     changes: list[Change] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     streamer: BlockStreamer | None = None
+
+    @property
+    def decisions(self):
+        return self.plan.decisions
 
     def add(self, option: str, action: str, detail: str, modules=()) -> None:
         self.changes.append(Change(option, action, detail, tuple(modules)))
 
     def change(self, option: str) -> Change:
-        """What was done for `option` (every option of the vocabulary has an entry)."""
-        return next(c for c in self.changes if c.option == option)
+        """What was done for `option`."""
+        for c in self.changes:
+            if c.option == option:
+                return c
+        raise KeyError(f"{option!r} is not an option of the vocabulary")
 
     def __str__(self) -> str:
         width = max((len(c.option) for c in self.changes), default=10)
         lines = []
         for c in self.changes:
+            value = toml_value(self.plan[c.option].effective)
             where = f" [{len(c.modules)} module(s): {', '.join(c.modules[:4])}{', ...' if len(c.modules) > 4 else ''}]" \
                 if c.modules else ""
-            lines.append(f"{c.option:<{width}}  {c.action:<12} {c.detail}{where}")
+            lines.append(f"{c.option:<{width}} = {value:<22} {c.action:<10} {c.detail}{where}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
 def apply_env(profile: Profile, environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """Set the allocator environment for `profile`; returns warnings (e.g. CUDA already initialised)."""
+    """Set the allocator environment for `profile`; returns warnings (CUDA initialised before the
+    setting changed). Calling it again is harmless."""
     environ = os.environ if environ is None else environ
-    warnings = []
-    if profile.memory.expandable_segments:
-        parts = [p for p in environ.get(ALLOC_CONF, "").split(",") if p and not p.startswith("expandable_segments")]
-        environ[ALLOC_CONF] = ",".join(parts + ["expandable_segments:True"])
-        torch_mod = sys.modules.get("torch")
-        if torch_mod is not None and torch_mod.cuda.is_initialized():
-            warnings.append(f"CUDA is already initialised: {ALLOC_CONF}=expandable_segments:True takes effect only "
-                            "in a new process; call backends.apply_env(profile) before any CUDA work")
-    return warnings
+    if not profile.memory.expandable_segments:
+        return []
+    current = environ.get(ALLOC_CONF, "")
+    if EXPANDABLE in current.split(","):
+        return []
+    parts = [p for p in current.split(",") if p and not p.startswith("expandable_segments")]
+    environ[ALLOC_CONF] = ",".join(parts + [EXPANDABLE])
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and torch_mod.cuda.is_initialized():
+        return [f"CUDA is already initialised: {ALLOC_CONF}={EXPANDABLE} takes effect only in a new process; "
+                "call backends.apply_env(profile) before any CUDA work"]
+    return []
 
 
 def find_blocks(model: nn.Module) -> tuple[str, list[nn.Module]]:
-    """The model's repeated blocks: the first ModuleList whose name ends in 'blocks', else the model."""
-    for name, child in model.named_modules():
-        if isinstance(child, nn.ModuleList) and name.split(".")[-1].endswith("blocks"):
-            return name, list(child)
+    """The transformer's repeated blocks: `transformer_blocks` (LTX-2), else the first ModuleList
+    whose name ends in 'blocks', else the model itself. None in LTX-2's DiffVAE decoder."""
+    if is_diffusion_decoder(model):
+        return "", []
+    lists = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and n.split(".")[-1].endswith("blocks")]
+    for name, child in sorted(lists, key=lambda nm: nm[0].split(".")[-1] != "transformer_blocks"):
+        return name, list(child)
     return "", [model]
-
-
-def _install_attention(model: nn.Module, make_function, *, neighborhood: bool) -> list[str]:
-    """Set `attention_function` on the modules of one protocol; returns their names.
-
-    Neighborhood modules also carry `kernel_size`; dense ones do not. `make_function` is
-    called only when some module needs it, so a missing package fails only then.
-    """
-    names = [n for n, m in model.named_modules()
-             if hasattr(m, "attention_function") and hasattr(m, "kernel_size") == neighborhood]
-    if names:
-        function = make_function()
-        for name in names:
-            model.get_submodule(name).attention_function = function
-    return names
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -119,105 +123,290 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _na_backend(decisions: dict[str, Decision]) -> str:
-    na = decisions["diffvae.na_backend"].effective
-    if na == "natten":
-        return f"natten:{decisions['diffvae.natten_kernel'].effective}"
-    if na == "blackwell_dsl":
-        raise ProfileNotRunnable("diffvae.na_backend blackwell_dsl: ltx-tui's runtime does not drive the Blackwell "
-                                 "DSL kernels; run it through ltx-pipelines (--ltx-args)")
-    return na
+def _module_dtype(module: nn.Module) -> torch.dtype:
+    for t in module.parameters():
+        if t.is_floating_point():
+            return t.dtype
+    return torch.float32
 
 
-def compile_kwargs(profile: Profile) -> dict:
-    """torch.compile keyword arguments for the profile's [compile] table."""
-    c = profile.compile
-    kwargs: dict = {"backend": c.backend.value, "fullgraph": c.fullgraph,
-                    "dynamic": {"auto": None, "true": True, "false": False}[c.dynamic.value]}
-    if c.backend.value == "inductor":
-        if c.mode.value != "default":
-            kwargs["mode"] = c.mode.value
-        elif c.capture:
+def _modules_with(model: nn.Module, *attrs: str, without: str | None = None) -> list[str]:
+    return [n for n, m in model.named_modules()
+            if all(hasattr(m, a) for a in attrs) and (without is None or not hasattr(m, without))]
+
+
+# --- each step: prepare (checks, no change) returns the function that applies it -------------
+
+Apply = Callable[[nn.Module, ApplyReport], None]
+
+
+def _prepare_env(step: Step, model, plan, device, include) -> Apply:
+    def apply(model, report):
+        if step.args["expandable_segments"]:
+            report.warnings += apply_env(plan.profile)
+            report.add("memory.expandable_segments", "set", f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF, '')!r}")
+        else:
+            report.add("memory.expandable_segments", "kept", plan["memory.expandable_segments"].chain[-1].reason)
+    return apply
+
+
+def _prepare_layout(step: Step, model, plan, device, include) -> Apply:
+    mode = step.args["mode"]
+    if not is_diffusion_decoder(model):
+        return lambda model, report: report.add("diffvae.mode", "no target",
+                                                "not LTX-2's DiffusionVideoDecoder: nothing to lay out")
+    if mode == "blackwell_dsl":
+        _require_import("ltx_kernels.vae", "diffvae.mode blackwell_dsl")
+
+    def apply(model, report):
+        apply_decoder_layout(model, mode)
+        report.add("diffvae.mode", "laid out", f"{mode} (LTX-2's apply_diffvae_config"
+                   + (", blocks compiled" if step.args["compile"] else "") + ")")
+    return apply
+
+
+def _prepare_na(step: Step, model, plan, device, include) -> Apply:
+    backend = step.args["backend"]
+    names = _modules_with(model, "attention_function", "kernel_size")
+    if not names:
+        def none(model, report):
+            report.add("diffvae.na_backend", "no target", "no module with attention_function and kernel_size")
+            report.add("diffvae.natten_kernel", "no target", "no NA module")
+        return none
+    for name in names:  # every module's dtype and head_dim against what the backend runs
+        module = model.get_submodule(name)
+        dtype, head_dim = _module_dtype(module), getattr(module, "head_dim", 64)
+        facts = Facts(plan.capability, plan.profile, dtype=DTYPE_NAMES.get(dtype, str(dtype)), head_dim=head_dim)
+        why = None
+        if backend.startswith("natten:"):
+            check = natten_kernel_check(NattenKernel(backend.split(":")[1]), facts)
+            why = check.reason if not check.available else None
+        elif backend == "triton" and not na_usable(NABackend.TRITON, facts).available:
+            why = na_usable(NABackend.TRITON, facts).reason
+        if why:
+            raise ProfileNotRunnable(f"diffvae.na_backend {backend} cannot run {name} ({dtype}, head_dim "
+                                     f"{head_dim}): {why}")
+    function = NAFunction(backend)
+
+    def apply(model, report):
+        for name in names:
+            module = model.get_submodule(name)
+            module.attention_function = function
+            if hasattr(module, "natten_backend"):  # LTX-2 mirrors its NATTEN pin there
+                module.natten_backend = None
+        reason = plan["diffvae.na_backend"].chain[-1].reason
+        report.add("diffvae.na_backend", "installed", f"{function!r} ({reason})", names)
+        kernel = plan["diffvae.natten_kernel"].effective
+        report.add("diffvae.natten_kernel", "installed" if kernel else "unused",
+                   kernel or plan["diffvae.natten_kernel"].chain[-1].reason)
+    return apply
+
+
+def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
+    names = _modules_with(model, "attention_function", "heads", without="kernel_size")
+    if not names:
+        return lambda model, report: report.add("transformer.attention", "no target",
+                                                "no module with attention_function and heads")
+    try:
+        function = DenseFunction(step.args["name"])
+    except RuntimeError as e:
+        raise ProfileNotRunnable(f"transformer.attention {step.args['name']}: {e}") from None
+
+    def apply(model, report):
+        kept = []
+        for name in names:
+            module = model.get_submodule(name)
+            module.attention_function = function
+            if hasattr(module, "masked_attention_function"):
+                if function.masks:
+                    module.masked_attention_function = function
+                else:
+                    kept.append(name)
+        report.add("transformer.attention", "installed", f"{function!r} "
+                   f"({plan['transformer.attention'].chain[-1].reason})", names)
+        if kept:
+            report.warnings.append(f"transformer.attention {function.name} has no mask kernel: masked_attention_function "
+                                   f"kept as it was on {len(kept)} module(s) ({', '.join(kept[:3])}"
+                                   f"{', ...' if len(kept) > 3 else ''})")
+    return apply
+
+
+def _require_import(module: str, what: str) -> None:
+    mod, why = import_optional(module)
+    if mod is None:
+        raise ProfileNotRunnable(f"{what} needs {module}, which is not importable ({why})")
+
+
+def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
+    method, scope = step.args["method"], step.args["scope"]
+    if method in ("nvfp4-cast", "nvfp4-prequant", "fp8-blockwise"):
+        _require_import("ltx_kernels", f"transformer.quantization {method}")
+    qplan = plan_quantization(model, method, scope, include)
+
+    def apply(model, report):
+        replaced = qplan.apply(model)
+        scope_text = scope + (f", include={include!r}" if include else "")
+        report.add("transformer.quantization", "replaced" if replaced else "no target",
+                   f"{method} linears in scope {scope_text}" if replaced
+                   else f"no nn.Linear in scope {scope_text} that {method} can run", replaced)
+        report.add("transformer.quantization_scope", "set", scope)
+        for name, why in qplan.skipped:
+            report.warnings.append(f"transformer.quantization {method}: {name} kept as it was: {why}")
+    return apply
+
+
+def _prepare_offload(step: Step, model, plan, device, include) -> Apply:
+    blocks_name, blocks = find_blocks(model)
+    if not blocks:
+        def none(model, report):
+            model.to(device)
+            for key in ("offload.mode", "offload.gpu_slots", "offload.prefetch"):
+                report.add(key, "no target", "no transformer blocks (LTX-2's DiffVAE decoder is configured by diffvae.*)")
+        return none
+    if device.type != "cuda":
+        raise ProfileNotRunnable(f"offload.mode {step.args['mode']} streams weights to a CUDA device; the model "
+                                 f"runs on {device}")
+
+    def apply(model, report):
+        a = step.args
+        ids = {id(t) for b in blocks for t in [*b.parameters(), *b.buffers()]}
+        streamer = BlockStreamer(blocks, device, gpu_slots=a["gpu_slots"], prefetch=a["prefetch"], mode=a["mode"])
+        for t in [*model.parameters(), *model.buffers()]:
+            if id(t) not in ids:
+                t.data = t.data.to(device)
+        report.streamer = streamer
+        report.add("offload.mode", "offloaded",
+                   f"{len(blocks)} blocks of {blocks_name or 'the model'} ({streamer.streamed_bytes / 2**20:.0f} MiB) in "
+                   f"{'pinned CPU memory' if a['mode'] == 'cpu' else 'a memory-mapped file'}, streamed to {device}",
+                   [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [])
+        report.add("offload.gpu_slots", "set", f"{streamer.gpu_slots} slots of {streamer.slot_bytes / 2**20:.0f} MiB")
+        report.add("offload.prefetch", "set", f"{streamer.prefetch} block(s) ahead"
+                   + (f" (asked {a['prefetch']}; at most gpu_slots - 1)" if streamer.prefetch != a["prefetch"] else ""))
+    return apply
+
+
+def compile_kwargs(args: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile keyword arguments for the plan's compile step."""
+    kwargs: dict[str, Any] = {"backend": args["backend"], "fullgraph": args["fullgraph"],
+                              "dynamic": {"auto": None, "true": True, "false": False}[args["dynamic"]]}
+    if args["backend"] == "inductor":
+        if args["mode"] != "default":
+            kwargs["mode"] = args["mode"]
+        elif args["capture"]:
             kwargs["options"] = {"triton.cudagraphs": True}
     return kwargs
 
 
-def apply_profile(model: nn.Module, profile: Profile, capability: Capability | None = None, *,
-                  device: torch.device | str | None = None, include: str | None = None) -> ApplyReport:
-    """Configure `model` in place as `profile` says; returns what was done.
+def _step_begin(module, args) -> None:
+    torch.compiler.cudagraph_mark_step_begin()
 
-    `device`: where the model runs (default: where its parameters are). With offload, the
-    blocks' weights go to host memory and stream to `device`; the rest moves to `device`.
-    `include`: a glob over module names narrowing which nn.Linear are quantized.
-    """
-    device = torch.device(device) if device is not None else _model_device(model)
-    cap = (capability or probe()).for_device(device)
-    decisions = {d.option: d for d in resolve(profile, cap)}
-    report = ApplyReport(decisions=list(decisions.values()))
-    blocking = [d for d in decisions.values() if d.status is Status.ERROR and d.option not in PIPELINE_OPTIONS]
-    if blocking:
-        raise ProfileNotRunnable("the profile cannot run here:\n" + "\n".join(
-            f"  {d.option} = {d.requested}: {d.message} (fix: {d.remedy})" for d in blocking))
 
-    report.warnings += apply_env(profile)
-    report.add("memory.expandable_segments", "set" if profile.memory.expandable_segments else "kept",
-               f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF, '')!r}")
+def _copy_out(module, args, output):
+    """Outputs of a CUDA graph live in its pool and are overwritten by the next step: hand out copies."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), output)
 
-    backend = _na_backend(decisions)
-    na_modules = _install_attention(model, lambda: implementation(backend), neighborhood=True)
-    report.add("diffvae.na_backend", "installed" if na_modules else "no target",
-               f"na3d backend {backend} ({decisions['diffvae.na_backend'].chain[-1].reason})"
-               if na_modules else "no module with attention_function and kernel_size", na_modules)
-    kernel = decisions["diffvae.natten_kernel"].effective
-    report.add("diffvae.natten_kernel", "installed" if kernel and na_modules else "unused",
-               kernel or decisions["diffvae.natten_kernel"].chain[-1].reason)
 
-    attention = decisions["transformer.attention"].effective
-    dense_modules = _install_attention(model, lambda: attention_function(attention), neighborhood=False)
-    report.add("transformer.attention", "installed" if dense_modules else "no target",
-               f"{attention} ({decisions['transformer.attention'].chain[-1].reason})" if dense_modules
-               else "no module with attention_function and no kernel_size", dense_modules)
-
-    q = profile.transformer.quantization
-    if profile.parallel.gpus > 1 and q is not Quantization.FP8_CAST:
-        report.warnings.append(f"transformer.quantization {q}: multi-GPU LTX-2 runs fp8-cast; applied {q} to this model")
-    replaced = quantize_linears(model, q.value, include)
-    report.add("transformer.quantization", "replaced" if replaced else "kept",
-               f"{q} linears" if replaced else ("weights unchanged" if q is Quantization.NONE
-                                                 else f"no nn.Linear matched {include!r}"), replaced)
-
+def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
     blocks_name, blocks = find_blocks(model)
-    where = blocks_name or "the whole model"
-    o = profile.offload
-    if o.mode is not OffloadMode.NONE:
-        block_params = {id(p) for b in blocks for p in b.parameters()} | {id(b_) for b in blocks for b_ in b.buffers()}
-        streamer = BlockStreamer(blocks, device, gpu_slots=o.gpu_slots, prefetch=o.prefetch, mode=o.mode.value)
-        for t in list(model.parameters()) + list(model.buffers()):
-            if id(t) not in block_params:
-                t.data = t.data.to(device)
-        report.streamer = streamer
-        report.add("offload.mode", "offloaded",
-                   f"{len(blocks)} blocks of {where} ({streamer.streamed_bytes / 2**20:.0f} MiB) in "
-                   f"{'pinned CPU memory' if o.mode is OffloadMode.CPU else 'a memory-mapped file'}, streamed to {device}")
-        report.add("offload.gpu_slots", "set", f"{streamer.gpu_slots} slots of {streamer.slot_bytes / 2**20:.0f} MiB")
-        report.add("offload.prefetch", "set", f"{streamer.prefetch} block(s) ahead"
-                   + (f" (asked {o.prefetch}; at most gpu_slots - 1)" if streamer.prefetch != o.prefetch else ""))
-    else:
-        model.to(device)
-        report.add("offload.mode", "kept", f"weights resident on {device}")
+    if not blocks:
+        def none(model, report):
+            for key in step.options:
+                report.add(key, "no target", "no transformer blocks (LTX-2's DiffVAE decoder is compiled by diffvae.mode)")
+        return none
+    kwargs = compile_kwargs(dict(step.args))
+    graphs = step.args["cudagraphs"]
+    if graphs and device.type != "cuda":
+        raise ProfileNotRunnable(f"compile with CUDA graphs needs the model on a CUDA device, not {device}")
 
-    c = profile.compile
-    if c.enabled:
-        kwargs = compile_kwargs(profile)
+    def apply(model, report):
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
+        if graphs:
+            model.register_forward_pre_hook(_step_begin)
+            model.register_forward_hook(_copy_out)
         names = [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [type(model).__name__]
-        report.add("compile.enabled", "compiled", f"torch.compile per block of {where}: "
-                   + ", ".join(f"{k}={v}" for k, v in kwargs.items()), names)
-    else:
-        report.add("compile.enabled", "kept", "eager")
+        detail = f"torch.compile per block of {blocks_name or 'the whole model'}: " + ", ".join(
+            f"{k}={v}" for k, v in kwargs.items()) + ("; CUDA-graph step marked at each forward" if graphs else "")
+        report.add("compile.enabled", "compiled", detail, names)
+        for key in step.options[1:]:
+            report.add(key, "set", toml_value(plan[key].effective))
+    return apply
 
-    for option, why in PIPELINE_OPTIONS.items():
-        d = decisions[option]
-        report.add(option, "pipeline", f"{d.requested}: {why}")
+
+PREPARE: dict[str, Callable[..., Apply]] = {
+    "env": _prepare_env, "diffvae_layout": _prepare_layout, "na_backend": _prepare_na,
+    "dense_attention": _prepare_dense, "quantize": _prepare_quantize, "offload": _prepare_offload,
+    "compile": _prepare_compile,
+}
+
+
+def _check_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise ProfileNotRunnable(f"device {device}: {why}; pass device='cpu' or run on a CUDA machine")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise ProfileNotRunnable(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+
+
+def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capability | None = None, *,
+                  device: torch.device | str | None = None, include: str | None = None) -> ApplyReport:
+    """Configure `model` in place as `profile` (or an already resolved plan) says; returns what was done.
+
+    `device`: where the model runs (default: where its parameters are); with offload the blocks'
+    weights stay in host memory and stream to it. `include`: a glob over module names narrowing
+    the quantized linears. Raises ProfileNotRunnable, with the model untouched, when a step
+    cannot run here.
+    """
+    device = torch.device(device) if device is not None else _model_device(model)
+    _check_device(device)
+    if isinstance(profile, Plan):
+        plan = profile
+    else:
+        plan = resolve(profile, (capability or probe()).for_device(device))
+    if plan.blocking:
+        raise ProfileNotRunnable("the profile cannot run here:\n" + "\n".join(
+            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking))
+    steps = {s.kind: s for s in plan.steps}
+    if "offload" not in steps:
+        steps["offload"] = None  # placement on the device still happens there
+    prepared = []
+    for kind in PREPARE:
+        step = steps.get(kind)
+        if kind == "offload" and step is None:
+            prepared.append(_place(device))
+        elif step is not None:
+            prepared.append(PREPARE[kind](step, model, plan, device, include))
+    report = ApplyReport(plan)
+    for apply in prepared:
+        apply(model, report)
+    _report_the_rest(report)
     return report
+
+
+def _place(device: torch.device) -> Apply:
+    def apply(model, report):
+        model.to(device)
+        report.add("offload.mode", "kept", f"weights resident on {device}")
+    return apply
+
+
+def _report_the_rest(report: ApplyReport) -> None:
+    done = {c.option for c in report.changes}
+    plan = report.plan
+    for spec in OPTIONS:
+        key = spec.key
+        d = plan[key]
+        if key in done:
+            pass
+        elif key in PIPELINE:
+            report.add(key, "pipeline", PIPELINE[key])
+        elif d.effective is None:
+            report.add(key, "unused", d.chain[-1].reason.removeprefix("unused: "))
+        else:
+            report.add(key, "kept", plan.runtime_text(key))
+        if d.status in (Status.FALLBACK, Status.WARNING):
+            report.warnings.append(f"{key}: {d.message}")
+    order = [o.key for o in OPTIONS]
+    report.changes.sort(key=lambda c: order.index(c.option))

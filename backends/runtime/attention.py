@@ -1,9 +1,15 @@
-"""The 3D neighborhood-attention backend registry.
+"""3D neighborhood attention: the backend registry and the callable the runtime installs.
 
-`na3d(q, k, v, kernel_size, backend=...)` runs one of: `natten` (or one NATTEN kernel,
-spelt `natten:hopper-fna` etc.), `triton` (ltx-tui's fused kernel), `eager_sdpa` (tiled
-SDPA, any device) and `reference` (brute force, small inputs). Whether a backend can run
-is decided by the rules in `backends.config.rules`; `available_backends(q)` says why not.
+Backends: `natten` (or one NATTEN kernel, spelt `natten:hopper-fna` etc.), `triton` (ltx-tui's
+fused kernel), `eager_sdpa` (tiled SDPA, any device) and `reference` (brute force, for tests;
+never installed by a profile). `triton` and `eager_sdpa` run as torch custom ops
+(`ltx_tui::na3d_triton`, `ltx_tui::na3d_eager`), so torch.compile keeps a block that calls them
+in one graph instead of breaking it (or turning compile off, as LTX-2 does without natten).
+
+`NAFunction(backend)` follows LTX-2's NA protocol (`NAAttentionCallable`): called as
+`fn(attn, q, k, v)` with q, k, v of shape (B, T, H, W, heads, head_dim), q already multiplied by
+`attn.scale` (so the kernel runs with scale 1.0), the window in `attn.kernel_size`, q/k cast to
+v's dtype. Which backend `auto` means is decided by `backends.config.rules.na_auto_order`.
 """
 
 from __future__ import annotations
@@ -13,14 +19,21 @@ from typing import Callable
 
 import torch
 
+from backends.config.options import NABackend, NattenKernel, Profile
+from backends.config.rules import (
+    NATTEN_AUTO_ORDER,
+    Facts,
+    na_auto_order,
+    na_usable,
+    natten_kernel_check,
+)
 from backends.probe.capability import Availability, Capability, probe
-from backends.config.options import NattenKernel, Profile
-from backends.config.rules import NATTEN_AUTO_ORDER, RULES, Facts, natten_kernel_check
 from kernels.na3d_args import BoolOr3, IntOr3, check_na3d
 
 NATTEN_KERNELS = tuple(f"natten:{k.value}" for k in NATTEN_AUTO_ORDER)
-BACKENDS = ("auto", "natten", *NATTEN_KERNELS, "triton", "eager_sdpa", "reference")
-_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+RUNTIME_BACKENDS = ("natten", *NATTEN_KERNELS, "triton", "eager_sdpa")
+BACKENDS = ("auto", *RUNTIME_BACKENDS, "reference")
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 class BackendUnavailable(RuntimeError):
@@ -32,25 +45,21 @@ def _live_capability() -> Capability:
     return probe()
 
 
-def _facts(q: torch.Tensor, capability: Capability | None) -> Facts:
-    cap = (capability or _live_capability()).for_device(q.device)
-    return Facts(cap, Profile(), dtype=_DTYPE_NAMES.get(q.dtype, str(q.dtype)), head_dim=q.shape[-1])
+def _facts(device: torch.device, dtype: torch.dtype, head_dim: int, capability: Capability | None) -> Facts:
+    cap = (capability or _live_capability()).for_device(device)
+    return Facts(cap, Profile(), dtype=DTYPE_NAMES.get(dtype, str(dtype)), head_dim=head_dim)
 
 
 def available_backends(q: torch.Tensor, capability: Capability | None = None) -> dict[str, Availability]:
     """Each backend's availability for tensors like `q` (device, dtype, head_dim), with the reason."""
-    f = _facts(q, capability)
-    result: dict[str, Availability] = {}
-    kernels = {k: natten_kernel_check(k, f) for k in NATTEN_AUTO_ORDER}
-    usable = [k for k, a in kernels.items() if a.available]
-    result["natten"] = Availability(True) if usable else Availability(False, RULES["natten.usable"].message(f))
-    result.update({f"natten:{k.value}": a for k, a in kernels.items()})
-    triton_ok = RULES["triton.na"].holds(f)
-    result["triton"] = Availability(triton_ok, None if triton_ok else RULES["triton.na"].message(f))
-    if triton_ok and q.dtype not in _DTYPE_NAMES:
-        result["triton"] = Availability(False, f"dtype {q.dtype} not supported (fp32/fp16/bf16)")
-    result["eager_sdpa"] = (Availability(True) if q.dtype in _DTYPE_NAMES
-                            else Availability(False, f"dtype {q.dtype} not supported (fp32/fp16/bf16)"))
+    f = _facts(q.device, q.dtype, q.shape[-1], capability)
+    dtype_ok = q.dtype in DTYPE_NAMES
+    bad_dtype = Availability(False, f"dtype {q.dtype} not supported (fp32/fp16/bf16)")
+    result: dict[str, Availability] = {"natten": na_usable(NABackend.NATTEN, f)}
+    result.update({f"natten:{k.value}": natten_kernel_check(k, f) for k in NATTEN_AUTO_ORDER})
+    triton = na_usable(NABackend.TRITON, f)
+    result["triton"] = bad_dtype if triton.available and not dtype_ok else triton
+    result["eager_sdpa"] = Availability(True) if dtype_ok else bad_dtype
     result["reference"] = Availability(True)
     return result
 
@@ -58,17 +67,18 @@ def available_backends(q: torch.Tensor, capability: Capability | None = None) ->
 def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capability | None = None) -> str:
     """The concrete backend `backend` means for `q`; raises BackendUnavailable with the reason.
 
-    `auto` takes triton on CUDA (fastest measured, bench/na3d.py), then a NATTEN CUDA kernel,
-    then eager_sdpa. NATTEN's flex-fna is taken only when asked for: unfused, it
-    materialises every score.
+    `auto` follows `na_auto_order` (the same order the profile resolution uses); `natten` takes
+    NATTEN's own kernel order.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown NA backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     avail = available_backends(q, capability)
     if backend == "auto":
-        for name in ("triton", *(n for n in NATTEN_KERNELS if n != "natten:flex-fna"), "eager_sdpa"):
-            if avail[name].available:
-                return name
+        f = _facts(q.device, q.dtype, q.shape[-1], capability)
+        order, _ = na_auto_order(f)
+        for choice in order:
+            if na_usable(choice, f, for_auto=True).available and avail[choice.value].available:
+                return choose_backend(q, choice.value, capability) if choice is NABackend.NATTEN else choice.value
         raise BackendUnavailable("no NA backend can run these tensors: "
                                  + "; ".join(f"{n}: {a.reason}" for n, a in avail.items() if not a.available))
     if backend == "natten":
@@ -80,33 +90,56 @@ def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capabilit
     return backend
 
 
-def _run_natten(kernel: str) -> Callable:
-    def run(q, k, v, kernel_size, *, scale=None, is_causal=False):
+# --- the kernels as custom ops (visible to torch.compile) ----------------------------------
+
+@torch.library.custom_op("ltx_tui::na3d_triton", mutates_args=())
+def _na3d_triton_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: list[int],
+                    is_causal: list[bool], scale: float) -> torch.Tensor:
+    from kernels.na3d_triton import na3d_triton
+
+    return na3d_triton(q, k, v, tuple(kernel_size), scale=scale, is_causal=tuple(is_causal))
+
+
+@torch.library.custom_op("ltx_tui::na3d_eager", mutates_args=())
+def _na3d_eager_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: list[int],
+                   is_causal: list[bool], scale: float) -> torch.Tensor:
+    from kernels.na3d_eager import na3d_eager
+
+    return na3d_eager(q, k, v, tuple(kernel_size), scale=scale, is_causal=tuple(is_causal))
+
+
+@_na3d_triton_op.register_fake
+@_na3d_eager_op.register_fake
+def _na3d_fake(q, k, v, kernel_size, is_causal, scale):
+    return q.new_empty(q.shape)
+
+
+def _natten(kernel: str) -> Callable:
+    def run(q, k, v, kernel_size, *, scale, is_causal):
         import natten
 
         return natten.na3d(q, k, v, kernel_size, is_causal=is_causal, scale=scale, backend=kernel)
     return run
 
 
+def _ops(name: str) -> Callable:
+    def run(q, k, v, kernel_size, *, scale, is_causal):
+        op = _na3d_triton_op if name == "triton" else _na3d_eager_op
+        return op(q, k, v, list(kernel_size), list(is_causal), float(scale))
+    return run
+
+
 def implementation(name: str) -> Callable:
-    """The function behind concrete backend `name`: f(q, k, v, kernel, *, scale, is_causal).
-
-    Kept out of torch.compile graphs (torch.compiler.disable): the kernels launch their own code.
-    """
-    return torch.compiler.disable(_implementation(name))
-
-
-def _implementation(name: str) -> Callable:
+    """The function behind concrete backend `name`: f(q, k, v, kernel, *, scale, is_causal)."""
     if name.startswith("natten:"):
-        return _run_natten(NattenKernel(name.split(":", 1)[1]).value)
-    if name == "triton":
-        from kernels.na3d_triton import na3d_triton
-        return na3d_triton
-    if name == "eager_sdpa":
-        from kernels.na3d_eager import na3d_eager
-        return na3d_eager
-    from kernels.na3d_reference import na3d_reference
-    return na3d_reference
+        return _natten(NattenKernel(name.split(":", 1)[1]).value)
+    if name in ("triton", "eager_sdpa"):
+        return _ops(name)
+    if name == "reference":
+        from kernels.na3d_reference import na3d_reference
+        return na3d_reference
+    raise ValueError(f"{name!r} is not a concrete NA backend; expected one of "
+                     f"{', '.join(n for n in BACKENDS if n not in ('auto', 'natten'))}")
 
 
 def na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3, *, backend: str = "auto",
@@ -115,4 +148,37 @@ def na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3,
     """3D neighborhood attention on (B, T, H, W, heads, head_dim) tensors with the chosen backend."""
     kernel, causal = check_na3d(q, k, v, kernel_size, is_causal)
     name = choose_backend(q, backend, capability)
-    return _implementation(name)(q, k, v, kernel, scale=scale, is_causal=causal)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return implementation(name)(q, k, v, kernel, scale=scale, is_causal=causal)
+
+
+class NAFunction:
+    """LTX-2's NA protocol: `fn(attn, q, k, v)`, q pre-scaled, window `attn.kernel_size`.
+
+    `backend` is a concrete one (what the runtime installs), or `auto` / `natten`, chosen per
+    call for the tensors' device. Forward only (inference): a call that would need gradients is
+    refused with a message, instead of failing inside a kernel that has no backward.
+    """
+
+    def __init__(self, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown NA backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self._run = None if backend in ("auto", "natten") else implementation(backend)
+
+    @property
+    def label(self) -> str:
+        return f"ltx-tui NA ({self.backend})"
+
+    def __repr__(self) -> str:
+        return f"NAFunction({self.backend!r})"
+
+    def __call__(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise RuntimeError(f"ltx-tui's NA backend {self.backend} runs inference only: run the forward under "
+                               "torch.inference_mode() or torch.no_grad()")
+        if q.dtype != v.dtype or k.dtype != v.dtype:  # RMSNorm under autocast can leave q/k in fp32
+            q, k = q.to(v.dtype), k.to(v.dtype)
+        run = self._run or implementation(choose_backend(q, self.backend))
+        return run(q, k, v, tuple(attn.kernel_size), scale=1.0,
+                   is_causal=tuple(getattr(attn, "is_causal", (False, False, False))))

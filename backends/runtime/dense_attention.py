@@ -1,15 +1,14 @@
-"""Dense attention for the transformer: one function per `transformer.attention` value.
+"""Dense attention for the DiT transformer: one callable per `transformer.attention` value.
 
-ltx-tui's protocol: `fn(q, k, v, *, scale=None, is_causal=False)` on (B, S, heads, head_dim)
-tensors (the FlashAttention layout), returning the same layout. `apply_profile` installs the
-effective choice on every module with an `attention_function` and no `kernel_size`.
-FlashAttention 3/4 are called through their packages; a missing package raises with the
-rule's reason instead of falling back silently.
+`DenseFunction(name)` follows LTX-2's DiT protocol (`AttentionCallable` and
+`MaskedAttentionCallable`): `fn(q, k, v, heads)` and `fn(q, k, v, heads, mask)` on
+(B, T, heads * head_dim) tensors, softmax scale head_dim ** -0.5, q/k cast to v's dtype. A mask
+of 2 dims gets a batch dim, of 3 dims a heads dim (additive float or boolean, as SDPA takes it).
+FlashAttention 3/4 have no mask kernel and SDPA's flash backend rejects masks: for those the
+runtime leaves the masked slot as it was (`masks` is False) and says so in its report.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,62 +17,62 @@ from backends.probe.capability import import_optional
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION",
                  "sdpa_efficient": "EFFICIENT_ATTENTION", "sdpa_math": "MATH"}
+FLASH_MODULES = {"flash_attention_3": ("flash_attn_interface", "FlashAttention 3"),
+                 "flash_attention_4": ("flash_attn.cute", "FlashAttention 4")}
+ANY_SDPA = ("pytorch", "automatic", "mps_sdpa")
+NAMES = (*SDPA_BACKENDS, *FLASH_MODULES, *ANY_SDPA)
 
 
 class AttentionUnavailable(RuntimeError):
     """The attention backend's package cannot be imported here."""
 
 
-def _sdpa(backend: str | None) -> Callable:
-    def attend(q, k, v, *, scale=None, is_causal=False):
-        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-        if backend is None:
-            out = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=is_causal)
-        else:
+class DenseFunction:
+    """LTX-2's DiT attention protocol for effective `transformer.attention` value `name`."""
+
+    def __init__(self, name: str) -> None:
+        if name not in NAMES:
+            raise ValueError(f"unknown attention {name!r}; expected one of {', '.join(NAMES)}")
+        self.name = name
+        self.masks = name not in FLASH_MODULES and name != "sdpa_flash"
+        self._flash = None
+        if name in FLASH_MODULES:
+            module, label = FLASH_MODULES[name]
+            mod, why = import_optional(module)
+            if mod is None:
+                raise AttentionUnavailable(f"{label} needs {module}, which is not importable ({why})")
+            self._flash = mod.flash_attn_func
+
+    @property
+    def label(self) -> str:
+        return f"ltx-tui {self.name}"
+
+    def __repr__(self) -> str:
+        return f"DenseFunction({self.name!r})"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, _, inner = q.shape
+        if inner % heads:
+            raise ValueError(f"q's last dim {inner} is not a multiple of heads {heads}")
+        d = inner // heads
+        q, k = q.to(v.dtype), k.to(v.dtype)
+        q, k, v = (t.reshape(b, -1, heads, d) for t in (q, k, v))
+        if self._flash is not None:
+            if mask is not None:
+                raise ValueError(f"{self.name} has no mask kernel; the runtime keeps masked calls on their own slot")
+            out = self._flash(q, k, v)
+            out = out[0] if isinstance(out, tuple) else out
+            return out.reshape(b, -1, inner)
+        if mask is not None:
+            mask = mask[None] if mask.dim() == 2 else mask
+            mask = mask[:, None] if mask.dim() == 3 else mask
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.name in SDPA_BACKENDS:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            with sdpa_kernel([getattr(SDPBackend, backend)]):
-                out = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=is_causal)
-        return out.transpose(1, 2)
-    return attend
-
-
-def _flash(module: str, rule: str) -> Callable:
-    mod, why = import_optional(module)
-    if mod is None:
-        raise AttentionUnavailable(f"{rule} needs {module}, which is not importable ({why})")
-    func = mod.flash_attn_func
-
-    def attend(q, k, v, *, scale=None, is_causal=False):
-        out = func(q, k, v, softmax_scale=scale, causal=is_causal)
-        return out[0] if isinstance(out, tuple) else out
-    return attend
-
-
-def attention_function(name: str) -> Callable:
-    """The function for effective `transformer.attention` value `name`."""
-    if name in SDPA_BACKENDS:
-        return _sdpa(SDPA_BACKENDS[name])
-    if name in ("pytorch", "mps_sdpa", "automatic"):
-        return _sdpa(None)
-    if name == "flash_attention_3":
-        return _flash("flash_attn_interface", "FlashAttention 3")
-    if name == "flash_attention_4":
-        return _flash("flash_attn.cute", "FlashAttention 4")
-    raise ValueError(f"unknown attention {name!r}")
-
-
-class DenseAttention(torch.nn.Module):
-    """Multi-head self-attention on (B, S, dim) that follows the protocol (for tests and demos)."""
-
-    def __init__(self, dim: int, head_dim: int = 64) -> None:
-        super().__init__()
-        self.heads, self.head_dim = dim // head_dim, head_dim
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.attention_function = attention_function("pytorch")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).unbind(2)
-        return self.proj(self.attention_function(q, k, v).reshape(b, s, d))
+            with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[self.name])]):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, -1, inner)

@@ -1,4 +1,11 @@
-"""Quantized replacements of `nn.Linear`, and `quantize_linears(model, method)` to install them.
+"""Quantized replacements of `nn.Linear`, and `plan_quantization` / `quantize_linears` to install them.
+
+Scope (`transformer.quantization_scope`): `ltx2-blocks` takes the linears LTX-2's own fp8-cast
+takes (ltx_core/quantization/fp8_cast.py): inside `transformer_blocks.`, named `*.to_q`,
+`*.to_k`, `*.to_v`, `*.to_out.0`, `*ff.net.0.proj`, `*ff.net.2` (audio FF too); never
+patchify, AdaLN or the output projection. `all-linears` takes every `nn.Linear`. A linear the
+method cannot run (e.g. fp8-scaled-mm with a dimension not a multiple of 16) stays as it was
+and is listed with the reason.
 
 - `fp8-cast`: float8_e4m3fn weights with a per-output-channel scale, upcast in forward (any device).
 - `fp8-scaled-mm`: float8 weights and row-wise dynamic activation scales through
@@ -12,6 +19,7 @@
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -19,7 +27,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from backends.probe.capability import import_optional
-from kernels.int8_gemm import FP8_MAX, INT8_MAX, int8_linear, quantize_rows
+from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
+
+LTX2_BLOCK_PREFIX = "transformer_blocks."
+LTX2_BLOCK_LINEARS = (".to_q", ".to_k", ".to_v", ".to_out.0", "ff.net.0.proj", "ff.net.2")
+SCOPES = ("ltx2-blocks", "all-linears")
 
 
 class QuantizationUnavailable(RuntimeError):
@@ -133,19 +145,65 @@ BUILDERS: dict[str, Callable[[nn.Linear], nn.Module]] = {
 }
 
 
-def quantize_linears(model: nn.Module, method: str, include: str | None = None) -> list[str]:
-    """Replace every `nn.Linear` of `model` (names matching the glob `include`, if given).
+def cannot_run(method: str, linear: nn.Linear) -> str | None:
+    """Why `method` cannot run this linear (None: it can)."""
+    k, n = linear.in_features, linear.out_features
+    if method == "fp8-scaled-mm" and (k % 16 or n % 16):
+        return f"torch._scaled_mm needs in/out features that are multiples of 16 (here {k} -> {n})"
+    if method == "int8-w8a8" and k > INT8_K_MAX:
+        return f"in_features {k} > {INT8_K_MAX}: the int32 accumulator of the int8 GEMM could overflow"
+    if not linear.weight.is_floating_point():
+        return f"weight is {linear.weight.dtype}, not a float"
+    return None
 
-    Returns the qualified names replaced. `method` "none" replaces nothing.
-    """
-    if method == "none":
-        return []
-    if method not in BUILDERS:
+
+def in_scope(name: str, scope: str) -> bool:
+    if scope == "all-linears":
+        return True
+    return LTX2_BLOCK_PREFIX in name and name.endswith(LTX2_BLOCK_LINEARS)
+
+
+@dataclass(frozen=True)
+class QuantizationPlan:
+    """Which linears `method` replaces (`targets`) and which it leaves, with the reason (`skipped`)."""
+
+    method: str
+    targets: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+    def apply(self, model: nn.Module) -> list[str]:
+        for name in self.targets:
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, attr, BUILDERS[self.method](getattr(parent, attr)))
+        return list(self.targets)
+
+
+def plan_quantization(model: nn.Module, method: str, scope: str = "ltx2-blocks",
+                      include: str | None = None) -> QuantizationPlan:
+    """The linears of `model` that `method` will replace: in `scope`, matching the glob `include`."""
+    if method != "none" and method not in BUILDERS:
         raise ValueError(f"unknown quantization {method!r}; expected none or one of {', '.join(BUILDERS)}")
-    targets = [(name, m) for name, m in model.named_modules()
-               if name and type(m) is nn.Linear and (include is None or fnmatch.fnmatch(name, include))]
-    for name, linear in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, BUILDERS[method](linear))
-    return [name for name, _ in targets]
+    if scope not in SCOPES:
+        raise ValueError(f"unknown quantization scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    if method == "none":
+        return QuantizationPlan(method, (), ())
+    targets, skipped = [], []
+    for name, m in model.named_modules():
+        if not name or type(m) is not nn.Linear or not in_scope(name, scope):
+            continue
+        if include is not None and not fnmatch.fnmatch(name, include):
+            continue
+        why = cannot_run(method, m)
+        if why:
+            skipped.append((name, why))
+        else:
+            targets.append(name)
+    return QuantizationPlan(method, tuple(targets), tuple(skipped))
+
+
+def quantize_linears(model: nn.Module, method: str, include: str | None = None,
+                     scope: str = "all-linears") -> list[str]:
+    """Replace the `nn.Linear`s of `model` that `method` can run (names matching the glob
+    `include`, if given); returns the names replaced."""
+    return plan_quantization(model, method, scope, include).apply(model)

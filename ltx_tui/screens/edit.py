@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 
 from backends.config.options import Kind, OptionSpec
 from backends.config.rules import Status
-from ltx_tui.format import show_value
+from backends.config.options import show_value
 from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, typed_choice
 
 

@@ -14,6 +14,7 @@ from textual.widgets import Button, Input, Label, Static
 from backends.probe.capability import Capability
 from backends.ltx_args import ltx_args
 from backends.config.options import Profile
+from backends.config.plan import resolve
 from backends.config.profile import save
 from ltx_tui.screens.confirm import ConfirmScreen
 
@@ -26,6 +27,7 @@ class ExportScreen(ModalScreen[Path | None]):
     def __init__(self, profile: Profile, capability: Capability | None, default_path: str) -> None:
         super().__init__()
         self.profile, self.capability, self.default_path = profile, capability, default_path
+        self.plan = resolve(profile, capability) if capability is not None else None
         self.written: Path | None = None
 
     def compose(self) -> ComposeResult:
@@ -70,7 +72,8 @@ class ExportScreen(ModalScreen[Path | None]):
             return
         self.written = path
         error.update(f"[green]wrote {path}[/]")
-        self.query_one("#ltx-args", Static).update(ltx_args(self.profile, str(path)))
+        self.query_one("#ltx-args", Static).update(ltx_args(self.plan, str(path)) if self.plan else
+                                                   "(the LTX-2 flags appear once the capability probe has finished)")
         self.app.notify(f"Profile written to {path}", title="Exported")
         self.query_one("#close", Button).focus()
 

@@ -11,14 +11,13 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from backends.config.options import OPTIONS, OPTIONS_BY_KEY, Kind, OptionSpec, Profile
+from backends.config.options import OPTIONS, OPTIONS_BY_KEY, Kind, OptionSpec, Profile, show_value
 from backends.config.rules import Decision, Status
-from ltx_tui.format import show_value
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DiffVAE decoder", ("diffvae.mode", "diffvae.na_backend", "diffvae.natten_kernel")),
     ("Transformer attention", ("transformer.attention",)),
-    ("Transformer quantization", ("transformer.quantization",)),
+    ("Transformer quantization", ("transformer.quantization", "transformer.quantization_scope")),
     ("Sparse attention and norms", ("transformer.sparse_attention", "transformer.sla_topk", "transformer.fast_norm")),
     ("Compile", ("compile.enabled", "compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic",
                  "compile.capture")),
@@ -46,7 +45,8 @@ def row_text(spec: OptionSpec, value: Any, decision: Decision | None) -> Text:
     text = Text(f"{spec.key:<30}", style="bold")
     text.append(show_value(value))
     if decision is not None:
-        effective = "unused" if decision.effective is None else show_value(decision.effective)
+        effective = show_value(decision.effective) if decision.effective is not None else (
+            "error" if decision.status is Status.ERROR else "unused")
         text.append("  → ")
         text.append(effective, style="bold")
         text.append(f"  {decision.status.value}", style=STATUS_STYLE[decision.status])

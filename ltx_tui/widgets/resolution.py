@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from backends.config.rules import Decision, Status, summarize
-from ltx_tui.format import show_value
+from backends.config.options import show_value
 from ltx_tui.widgets.options_list import STATUS_STYLE
 
 

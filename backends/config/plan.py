@@ -1,0 +1,169 @@
+"""The plan: what a profile means on one machine, and what ltx-tui's runtime does for it.
+
+`resolve(profile, capability)` decides every option (`backends.config.rules`) and turns the
+effective values into runtime steps (`Step`s): which callable goes on which modules with which
+arguments. `--check`, the app, `apply_profile`, the smoke checks and `--ltx-args` all read the
+plan; none of them decides anything again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from backends.config.options import OPTIONS_BY_KEY, Profile, show_value
+from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
+from backends.probe.capability import Capability
+
+# The runtime's steps, in the order apply_profile takes them.
+STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "quantize", "offload", "compile")
+# Options the runtime leaves to the LTX-2 pipeline or launcher, and why.
+PIPELINE = {
+    "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
+    "transformer.sla_topk": "used by TurboDiffusion's sparse attention only",
+    "transformer.fast_norm": "fused norms are TurboDiffusion's; ltx-tui's runtime does not install them",
+    "memory.max_batch_size": "batching is the pipeline's (--max-batch-size)",
+    "parallel.gpus": "multi-GPU launch is the pipeline's (*_mgpu modules)",
+    "parallel.devices": "device selection is the launcher's (CUDA_VISIBLE_DEVICES)",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the runtime does: `kind` (one of STEP_ORDER), its arguments, and in words."""
+
+    kind: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Decisions for every option of the vocabulary, and the runtime steps they make."""
+
+    profile: Profile
+    capability: Capability
+    decisions: tuple[Decision, ...]
+    steps: tuple[Step, ...]
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+    def __len__(self) -> int:
+        return len(self.decisions)
+
+    def __getitem__(self, key: str) -> Decision:
+        for d in self.decisions:
+            if d.option == key:
+                return d
+        raise KeyError(key)
+
+    def step(self, kind: str) -> Step | None:
+        return next((s for s in self.steps if s.kind == kind), None)
+
+    def step_for(self, option: str) -> Step | None:
+        """The runtime step that realises `option` (None: the pipeline's, or nothing to do)."""
+        return next((s for s in self.steps if option in s.options), None)
+
+    def runtime_text(self, option: str) -> str:
+        """What the runtime does for `option`, in words."""
+        if option in PIPELINE:
+            return f"left to the LTX-2 pipeline: {PIPELINE[option]}"
+        step = self.step_for(option)
+        if step is not None:
+            return step.text
+        d = self[option]
+        if d.status is Status.ERROR:
+            return f"nothing: {option} cannot run here"
+        return "nothing to do"
+
+    @property
+    def blocking(self) -> list[Decision]:
+        """Errors that stop the runtime (errors of pipeline-only options do not)."""
+        return [d for d in self.decisions if d.status is Status.ERROR and d.option not in PIPELINE]
+
+    def summary(self) -> Summary:
+        return summarize(self.decisions)
+
+    def exit_code(self, *, strict: bool = False) -> int:
+        return exit_code(self.decisions, strict=strict)
+
+
+def _runs(d: Decision) -> bool:
+    return d.status is not Status.ERROR and d.effective is not None
+
+
+def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
+    steps = [Step("env", {"expandable_segments": bool(d["memory.expandable_segments"].effective)},
+                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA initialises)"
+                  if d["memory.expandable_segments"].effective else "allocator settings left as they are",
+                  ("memory.expandable_segments",))]
+    mode, na, kernel = d["diffvae.mode"], d["diffvae.na_backend"], d["diffvae.natten_kernel"]
+    if _runs(mode):
+        compiled = mode.effective in ("chunked_compile", "combined_compile", "blackwell_dsl")
+        steps.append(Step("diffvae_layout", {"mode": mode.effective, "compile": compiled},
+                          f"LTX-2 DiffusionVideoDecoder: {mode.effective} layout (LTX-2's own apply_diffvae_config)"
+                          + (", blocks compiled" if compiled else ""), ("diffvae.mode",)))
+    if _runs(na) and na.effective != "blackwell_dsl":
+        backend = f"natten:{kernel.effective}" if na.effective == "natten" else na.effective
+        where = "every module with attention_function and kernel_size (LTX-2's NeighborhoodAttention3D)"
+        steps.append(Step("na_backend", {"backend": backend},
+                          f"NAFunction({backend!r}) as attention_function(attn, q, k, v) on {where}",
+                          ("diffvae.na_backend", "diffvae.natten_kernel")))
+    attention = d["transformer.attention"]
+    if _runs(attention):
+        steps.append(Step("dense_attention", {"name": attention.effective},
+                          f"DenseFunction({attention.effective!r}) as attention_function(q, k, v, heads) (and the "
+                          "masked slot where it can mask) on every module with attention_function and heads",
+                          ("transformer.attention",)))
+    q, scope = d["transformer.quantization"], profile.transformer.quantization_scope.value
+    if _runs(q) and q.effective != "none":
+        steps.append(Step("quantize", {"method": q.effective, "scope": scope},
+                          f"{q.effective} replaces the nn.Linear in scope {scope} that it can run",
+                          ("transformer.quantization", "transformer.quantization_scope")))
+    o = d["offload.mode"]
+    if _runs(o) and o.effective != "none":
+        p = profile.offload
+        steps.append(Step("offload", {"mode": o.effective, "gpu_slots": p.gpu_slots, "prefetch": p.prefetch},
+                          f"each transformer block's weights in {'pinned CPU memory' if o.effective == 'cpu' else 'a memory-mapped file'}"
+                          f", streamed through {p.gpu_slots} GPU slot(s), {p.prefetch} block(s) ahead",
+                          ("offload.mode", "offload.gpu_slots", "offload.prefetch")))
+    c = d["compile.enabled"]
+    keys = ("compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic", "compile.capture")
+    if _runs(c) and c.effective and all(d[k].status is not Status.ERROR for k in keys):
+        args = {k.split(".")[1]: d[k].effective for k in keys}
+        args["cudagraphs"] = args["mode"] in ("reduce-overhead", "max-autotune") or bool(args["capture"])
+        steps.append(Step("compile", args, "torch.compile per transformer block: " + ", ".join(
+            f"{k}={v}" for k, v in args.items()) + ("; a CUDA-graph step is marked at each model forward"
+                                                    if args["cudagraphs"] else ""), ("compile.enabled", *keys)))
+    return sorted(steps, key=lambda s: STEP_ORDER.index(s.kind))
+
+
+def resolve(profile: Profile, capability: Capability) -> Plan:
+    """Resolve `profile` on `capability` into decisions and runtime steps."""
+    decisions = tuple(decide(profile, capability))
+    by_key = {x.option: x for x in decisions}
+    return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)))
+
+
+def explain(key: str, plan: Plan) -> str:
+    """`ltx-tui --explain KEY`: values, rules with their verdict here, the runtime step, the flag."""
+    from backends.config.rules import RULES, Facts
+
+    spec = OPTIONS_BY_KEY[key]
+    d = plan[key]
+    facts = Facts(plan.capability, plan.profile)
+    lines = [f"{key}: {spec.help}", f"  values:   {spec.allowed()} (default {show_value(spec.default)})",
+             f"  profile:  {show_value(d.requested)} -> {show_value(d.effective)} ({d.status})"]
+    lines += [f"            {show_value(s.value)}: {s.reason}" for s in d.chain]
+    if d.remedy and d.status is not Status.OK:
+        lines.append(f"            fix: {d.remedy}")
+    lines.append("  rules:" if spec.rules else "  rules:    none (any value runs)")
+    for rule_id in spec.rules:
+        rule = RULES[rule_id]
+        verdict = "holds" if rule.holds(facts) else "fires"
+        lines.append(f"    {rule_id:<34} {verdict:<6} {rule.message(facts) if verdict == 'fires' else ''}".rstrip())
+    lines.append(f"  runtime:  {plan.runtime_text(key)}")
+    lines.append(f"  LTX-2:    {spec.flag or 'no ltx-pipelines flag'}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,158 @@
+"""LTX-2 v1.2.0 (ltx-core) as the runtime meets it: finding it, and laying out its DiffVAE decoder.
+
+ltx-core is found as an installed `ltx_core` package, else under `$LTX2_CORE_SRC` (the `src`
+folder of an ltx-core checkout; PyPI ships only 1.0.0, which has no DiffVAE). Its model modules
+need torch, numpy, einops and safetensors.
+
+`apply_decoder_layout(decoder, mode)` runs LTX-2's own `apply_diffvae_config` with the recipe of
+`mode` (block class, deferred stage 4, W chunks, torch.compile of the blocks) but with the NA left
+to the runtime: LTX-2 would turn compile off (chunked_compile) or raise (combined_compile) without
+natten, because its fallback NA is not visible to torch.compile; ltx-tui's NA ops are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+from typing import Any
+
+import torch.nn as nn
+
+ENV = "LTX2_CORE_SRC"
+HOW = (f"install ltx-core v1.2.0, or set {ENV} to the src/ folder of an ltx-core v1.2.0 checkout "
+       "(its model modules need torch, numpy, einops and safetensors)")
+
+
+def import_ltx_core() -> tuple[Any, str | None]:
+    """(the ltx_core package, None), or (None, why not and how to get it)."""
+    src = os.environ.get(ENV)
+    if src and src not in sys.path and os.path.isdir(os.path.join(src, "ltx_core")):
+        sys.path.append(src)
+    try:
+        import ltx_core
+    except ImportError as e:
+        where = f" ({ENV}={src!r})" if src else f" ({ENV} is not set)"
+        return None, f"ltx_core is not importable{where}: {e}; {HOW}"
+    return ltx_core, None
+
+
+def is_diffusion_decoder(model: nn.Module) -> bool:
+    """Whether `model` is LTX-2's DiffusionVideoDecoder (checked without importing ltx_core)."""
+    return any(c.__name__ == "DiffusionVideoDecoder" and c.__module__.startswith("ltx_core.")
+               for c in type(model).__mro__)
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    """LTX-2 logs a loud "natten is NOT installed" banner when its fallback NA is named; the
+    runtime replaces that NA right after, so the banner would be wrong."""
+    logger = logging.getLogger(logger_name)
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
+def decoder_recipe(mode: str) -> Any:
+    """LTX-2's install recipe for DiffVAE `mode`, with the NA left to the runtime."""
+    from ltx_core.model.video_vae.transformer.config import DiffVAEMode, NAttentionKind
+
+    recipe = DiffVAEMode(mode).resolve()
+    if recipe.attention is NAttentionKind.BLACKWELL_DSL:
+        return recipe
+    # EAGER_SDPA keeps LTX-2 from remapping the recipe for a host without natten; the runtime's
+    # NA step installs the NA the plan chose on every NeighborhoodAttention3D afterwards.
+    return dataclasses.replace(recipe, attention=NAttentionKind.EAGER_SDPA, natten_backend=None)
+
+
+def apply_decoder_layout(decoder: nn.Module, mode: str) -> None:
+    """Lay out `decoder` (LTX-2's DiffusionVideoDecoder) for DiffVAE `mode`."""
+    apply = importlib.import_module("ltx_core.model.video_vae.transformer.apply")
+    with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
+        apply.apply_diffvae_config(decoder, decoder_recipe(mode))
+
+
+# --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
+
+def wake_zero_tables(model: nn.Module, generator: Any = None) -> nn.Module:
+    """Give LTX-2's AdaLN tables (`*scale_shift_table*`, allocated uninitialised: a checkpoint
+    fills them) and the parameters it initialises to zero (AdaLN-Zero projections) small random
+    values, so every path of a randomly initialised model is finite and shapes its output."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.numel() and ("scale_shift_table" in name or not p.abs().max() or not p.isfinite().all()):
+                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float32).mul_(0.1).to(p))
+    return model
+
+
+def tiny_decoder(seed: int = 0) -> nn.Module:
+    """LTX-2's DiffusionVideoDecoder, 5 stages, head_dim 16, kernels 3x3x3; ~0.45 M parameters."""
+    import torch
+    from ltx_core.model.video_vae.diffusion_video_decoder import DiffusionVideoDecoder
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        decoder = DiffusionVideoDecoder(in_channels=16, head_dim=16, stage_channels=(128, 64, 32, 32, 16),
+                                        stage_depths=(1, 1, 1, 1, 2), stage_kernels=((3, 3, 3),) * 5,
+                                        stage5_kernel=(3, 3, 3), t_emb_dim=64)
+    return wake_zero_tables(decoder.eval(), g)
+
+
+def decoder_latent(decoder: nn.Module, frames: int = 2, height: int = 3, width: int = 3, seed: int = 0):
+    """A latent (1, C, frames, height, width) for `decoder`."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, decoder.per_channel_statistics.get_buffer("std-of-means").numel(), frames, height, width,
+                       generator=g)
+
+
+def tiny_transformer(seed: int = 0, layers: int = 2) -> nn.Module:
+    """LTX-2's audio-video LTXModel: 2 heads x 32 (video), 2 x 16 (audio), `layers` blocks."""
+    import torch
+    from ltx_core.model.transformer.model import LTXModel, LTXModelType
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LTXModel(model_type=LTXModelType.AudioVideo, num_attention_heads=2, attention_head_dim=32,
+                         in_channels=16, out_channels=16, num_layers=layers, cross_attention_dim=64,
+                         audio_num_attention_heads=2, audio_attention_head_dim=16, audio_in_channels=8,
+                         audio_out_channels=8, audio_cross_attention_dim=32)
+    return wake_zero_tables(model.eval(), g)
+
+
+def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 7, seed: int = 0,
+                       device: Any = "cpu", dtype: Any = None) -> tuple:
+    """(video, audio, perturbations) for `tiny_transformer`, with a text mask (the masked slot runs)."""
+    import torch
+    from ltx_core.model.transformer.modality import Modality
+
+    dtype = dtype or torch.float32
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    def positions(n: int, dims: int):
+        start = torch.arange(n, dtype=torch.float32)
+        pos = torch.stack([start, start + 1], dim=-1)[None, None].expand(1, dims, n, 2)
+        return pos.contiguous().to(device)
+
+    mask = torch.ones(1, context, dtype=torch.long, device=device)  # 0: a padded text token
+    mask[:, -2:] = 0
+    sigma = torch.full((1,), 0.5, device=device)
+    video = Modality(latent=rand(1, tokens, 16), sigma=sigma, timesteps=torch.full((1, tokens), 0.5, device=device),
+                     positions=positions(tokens, 3), context=rand(1, context, 64), context_mask=mask)
+    audio = Modality(latent=rand(1, audio_tokens, 8), sigma=sigma,
+                     timesteps=torch.full((1, audio_tokens), 0.5, device=device), positions=positions(audio_tokens, 1),
+                     context=rand(1, context, 32))
+    return video, audio, None
