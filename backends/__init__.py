@@ -6,8 +6,8 @@ Never imports textual. Importing this package does not import torch: the parts t
 
 from importlib import import_module
 
-from backends.probe.capability import Capability, CapabilityError, probe
-from backends.probe.presets import load_capability, preset
+from backends.machine.capability import Capability, CapabilityError, probe
+from backends.machine.presets import load_capability, preset
 from backends.config.options import Profile
 from backends.config.profile import ProfileError, load as load_profile, read as read_profile, save as save_profile
 from backends.config.plan import Plan, resolve

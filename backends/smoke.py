@@ -53,7 +53,7 @@ def plan_checks(plan: Plan) -> list[CheckSpec]:
     """One check per runtime step of `plan` that changes the model, plus NCCL for multi-GPU.
 
     `plan` must be resolved on this machine: a plan for another machine's capability cannot be
-    checked here (`backends.probe.capability.Capability.source` says where it came from).
+    checked here (`backends.machine.capability.Capability.source` says where it came from).
     """
     from backends.config.profile import to_data
 
@@ -149,12 +149,19 @@ def run_all(specs: list[CheckSpec], timeout: float = DEFAULT_TIMEOUT, cancel: th
     return results
 
 
-def counts(results: list[CheckResult]) -> dict[str, int]:
-    """How many checks ended each way (pass, fail, error, timeout, cancelled, not run)."""
-    out: dict[str, int] = {}
+WORDS = {"pass": "passed", "fail": "failed", "error": "error", "timeout": "timed out", "cancelled": "cancelled",
+         "not run": "not run"}
+
+
+def summary(results: list[CheckResult], total: int | None = None) -> str:
+    """"2 passed, 1 cancelled, 1 not run": each way a check can end, counted on its own; checks of
+    `total` without a result count as not run."""
+    counts: dict[str, int] = {}
     for r in results:
-        out[r.status] = out.get(r.status, 0) + 1
-    return out
+        counts[r.status] = counts.get(r.status, 0) + 1
+    if total is not None and total > len(results):
+        counts["not run"] = counts.get("not run", 0) + total - len(results)
+    return ", ".join(f"{counts[k]} {word}" for k, word in WORDS.items() if counts.get(k)) or "no checks"
 
 
 # --- worker side ----------------------------------------------------------------------------
@@ -230,7 +237,7 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
 
     from backends.config.plan import resolve
     from backends.config.profile import parse
-    from backends.probe.capability import probe
+    from backends.machine.capability import probe
     from backends.runtime.apply import apply_profile, find_blocks
 
     profile, _ = parse(profile_data)

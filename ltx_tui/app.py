@@ -20,10 +20,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from backends.probe import capability as capmod
-from backends.probe.presets import load_capability
+from backends.machine import capability as capmod
+from backends.machine.presets import load_capability
 from backends.config import profile as profmod
-from backends.probe.nvml import NvmlSession
+from backends.machine.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, Kind, Profile
 from backends.config.plan import resolve
 from backends.config.rules import Decision, Status, summarize
@@ -273,13 +273,16 @@ class LtxTuiApp(App):
     def _run_smoke(self, profile: Profile, cancel: threading.Event) -> None:
         panel = self.query_one(SmokePanel)
         try:
-            cap = self.smoke_capability or (self.capability if self.capability and self.capability.source == "live"
-                                            else capmod.probe(nvml_module=self.nvml_module, env=self.env))
+            here = self.capability is not None and self.capability.source == "live"
+            cap = self.smoke_capability or (self.capability if here else
+                                            capmod.probe(nvml_module=self.nvml_module, env=self.env))
+            note = "" if here or self.capability is None else (
+                f" (checks planned for this machine: the options are validated for {self.capability.source})")
             specs = plan_checks(resolve(profile, cap))
-            self.call_from_thread(panel.start, specs)
+            self.call_from_thread(panel.start, specs, note)
             results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),
                                         lambda i, r: self.call_from_thread(panel.result, i, r))
-            self.call_from_thread(panel.finish, results, len(specs), cancel.is_set())
+            self.call_from_thread(panel.finish, results, len(specs))
         except Exception as e:
             self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error")
         finally:

@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any, TextIO
 
-from backends.probe import capability as capmod
-from backends.probe.presets import load_capability
+from backends.machine import capability as capmod
+from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
@@ -124,19 +124,9 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
 def summary_line(decisions: list[Decision], results: list, code: int) -> str:
     s = str(summarize(decisions))
     if results:
-        s += "; smoke " + smoke_counts(results)
+        s += "; smoke " + smokemod.summary(results)
     verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
     return f"\nSummary: {s} -> exit {code} ({verdict})\n"
-
-
-SMOKE_WORDS = {"pass": "passed", "fail": "failed", "error": "error", "timeout": "timed out",
-               "cancelled": "cancelled", "not run": "not run"}
-
-
-def smoke_counts(results: list) -> str:
-    """"2 passed, 1 cancelled, 1 not run": each way a check can end, counted on its own."""
-    n = smokemod.counts(results)
-    return ", ".join(f"{n[k]} {word}" for k, word in SMOKE_WORDS.items() if n.get(k))
 
 
 def decision_dict(d: Decision) -> dict[str, Any]:
@@ -227,7 +217,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
 
 
 def list_capabilities(stdout: TextIO | None = None) -> int:
-    from backends.probe.presets import PRESETS
+    from backends.machine.presets import PRESETS
 
     stdout = stdout or sys.stdout
     for pid, spec in PRESETS.items():

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from types import SimpleNamespace
 
-from backends.probe.capability import Capability, Package
+from backends.machine.capability import Capability, Package
 
 
 class NVMLError(Exception):
@@ -28,7 +28,8 @@ class FakeNvml:
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
 
-    def __init__(self, gpus=(), *, init_error=None, unsupported=(), hang=0.0, driver="580.159.04"):
+    def __init__(self, gpus=(), *, init_error=None, unsupported=(), hang=0.0, driver="580.159.04", block=None):
+        self.block = block  # a threading.Event: nvmlDeviceGetCount waits for it (a hung driver)
         self.gpus = [dict(g) for g in gpus]
         self.init_error = init_error
         self.unsupported = set(unsupported)
@@ -54,6 +55,8 @@ class FakeNvml:
         return 13000
 
     def nvmlDeviceGetCount(self):
+        if self.block is not None:
+            self.block.wait()
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, i):

@@ -6,7 +6,7 @@ import pytest
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from backends import load_profile
-from backends.probe.presets import preset
+from backends.machine.presets import preset
 from backends.smoke import CheckResult
 from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
 from ltx_tui.app import LtxTuiApp
@@ -64,7 +64,7 @@ async def test_changing_an_option_re_resolves():
         assert row[0] == "error" and "8.9" in row[3]
         assert app.profile.transformer.quantization.value == "fp8-scaled-mm"
         assert "1 error" in app.sub_title and "*" in app.sub_title
-        assert "fp8-scaled-mm  → unused  error" in entry(app, "transformer.quantization")
+        assert "fp8-scaled-mm  → cannot run  error" in entry(app, "transformer.quantization")  # not "unused"
 
 
 async def test_impossible_values_stay_visible_and_marked():
@@ -193,19 +193,23 @@ async def test_smoke_run_shows_progress_results_and_cancels():
         await choose(pilot, "compile.enabled", "true")
         await pilot.press("s")
         table = app.query_one("#smoke-table", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 3)
+        await wait_for(pilot, lambda: table.row_count == 5)
         assert app.query_one("TabbedContent").active == "smoke"
         runner.step.release()
         await wait_for(pilot, lambda: str(table.get_row("0")[1]) == "pass")
         bar = app.query_one("#smoke-progress")
-        assert bar.progress == 1 and bar.total == 3
+        assert bar.progress == 1 and bar.total == 5
         assert str(table.get_row("1")[1]) == "running"
         await pilot.press("c")
         await wait_for(pilot, lambda: str(table.get_row("1")[1]) == "cancelled")
         await wait_for(pilot, lambda: app._smoke_cancel is None)
-        assert "not run (cancelled)" in str(app.query_one("#smoke-status", Static).render())
-        assert [str(table.get_row(k)[0]) for k in ("0", "1", "2")] == ["na3d natten:hopper-fna", "linear fp8-cast",
-                                                                       "compiled block"]
+        status = str(app.query_one("#smoke-status", Static).render())
+        assert "1 passed, 1 cancelled, " in status and "failed" not in status  # a cancel is not a failure
+        assert "planned for this machine" in status and "preset:h100" in status
+        names = [str(table.get_row(str(k))[0]) for k in range(table.row_count)]
+        assert names[:2] == ["diffvae chunked_eager", "na3d triton"] and "linear fp8-cast" in names
+        assert "compiled blocks (default)" in names
+        assert [str(table.get_row(str(k))[1]) for k in range(2, table.row_count)] == ["not run"] * (table.row_count - 2)
 
 
 async def test_quit_with_unsaved_changes_asks():

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from backends.runtime.attention import BackendUnavailable, available_backends, choose_backend, na3d
-from backends.probe.presets import preset
+from backends.machine.presets import preset
 from fakes import without
 from kernels.na3d_reference import na3d_reference
 

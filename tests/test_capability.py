@@ -1,11 +1,12 @@
+import os
 import json
 
 import pytest
 
-from backends.probe import capability as capmod
-from backends.probe.capability import CapabilityError, cuda_order, probe
-from backends.probe.presets import load_capability, preset
-from backends.probe.presets import PRESETS
+from backends.machine import capability as capmod
+from backends.machine.capability import CapabilityError, cuda_order, probe
+from backends.machine.presets import load_capability, preset
+from backends.machine.presets import PRESETS
 from fakes import FakeNvml, NVMLError_LibraryNotFound, fake_gpu
 
 
@@ -48,6 +49,46 @@ def test_unsupported_fields_are_reported_not_raised():
     assert g.power_draw is None and g.temperature is None
     assert g.errors["power_draw"] == "not supported by this GPU"
     assert g.utilization == 0
+
+
+def test_nvml_read_that_never_returns_neither_blocks_nor_overlaps():
+    import threading
+    import time
+
+    from backends.machine.nvml import NvmlSession
+
+    gate = threading.Event()
+    nvml = FakeNvml([fake_gpu(0)], block=gate)
+    session = NvmlSession(nvml)
+    t0 = time.monotonic()
+    info, devs = session.read_all(timeout=0.2)
+    assert time.monotonic() - t0 < 1.0 and not info["available"] and "did not answer within 0.2 s" in info["reason"]
+    threads = threading.active_count()
+    info, _ = session.read_all(timeout=0.2)
+    assert "stuck in the driver" in info["reason"] and threading.active_count() == threads  # no second reader
+    session.close()  # returns at once; no shutdown while a thread is inside NVML
+    assert nvml.shutdown_calls == 0
+    gate.set()
+    for _ in range(100):
+        if not session._stuck.is_alive():
+            break
+        time.sleep(0.01)
+    info, devs = session.read_all(timeout=1.0)  # the stuck call came back: a fresh session reads again
+    assert info["available"] and len(devs) == 1 and nvml.init_calls == 2 and nvml.shutdown_calls == 1
+
+
+def test_process_exits_promptly_while_an_nvml_read_hangs():
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, threading; sys.path.insert(0, 'tests'); from fakes import FakeNvml, fake_gpu; "
+            "from backends.machine.capability import probe; "
+            "cap = probe(nvml_module=FakeNvml([fake_gpu(0)], block=threading.Event()), nvml_timeout=0.2); "
+            "print(cap.nvml.reason)")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 30 and out.returncode == 0 and "did not answer" in out.stdout
 
 
 def test_hanging_nvml_times_out():
@@ -131,11 +172,65 @@ def test_capability_file_roundtrip(tmp_path):
 @pytest.mark.parametrize("content, match", [
     ("{not json", "not valid JSON"),
     ("[1, 2]", "expected a JSON object"),
-    ('{"gpus": []}', "missing key"),
+    ('{"gpus": []}', r"\$\.platform: missing"),
 ])
 def test_bad_capability_files(tmp_path, content, match):
     path = tmp_path / "cap.json"
     path.write_text(content)
+    with pytest.raises(CapabilityError, match=match):
+        load_capability(str(path))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["gpus"][0].update(memory_total="lots"), r"\$\.gpus\[0\]\.memory_total: expected an integer, found \"lots\""),
+    (lambda d: d["packages"]["natten"].update(details=None), r"\$\.packages\.natten\.details: must not be null"),
+    (lambda d: d["gpus"][0].update(compute_capability=[9]), r"compute_capability: expected \[major, minor\]"),
+    (lambda d: d["torch"].update(cuda_available="yes"), r"\$\.torch\.cuda_available: expected true/false"),
+    (lambda d: d.update(gpus=[d["gpus"][0]] * 65), "at most 64"),
+    (lambda d: d["sdpa"].update(flash=1), r"\$\.sdpa\.flash: expected an object"),
+])
+def test_malformed_capability_fields_name_their_json_path(tmp_path, edit, match):
+    data = preset("h100").to_dict()
+    edit(data)
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CapabilityError, match=match):
+        load_capability(str(path))
+
+
+def test_capability_with_null_compute_capability_and_unknown_fields_loads(tmp_path):
+    from backends.config.options import Profile
+    from backends.config.plan import resolve
+
+    data = preset("h100").to_dict()
+    data["gpus"][0]["compute_capability"] = None
+    data["gpus"][0]["hbm_bandwidth"] = "4.8 TB/s"  # a field from a newer ltx-tui
+    data["future"] = {}
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(data))
+    warnings = []
+    cap = load_capability(str(path), warnings)
+    assert cap.gpus[0].compute_capability is None
+    assert any("$.gpus[0]: ignored unknown field(s) hbm_bandwidth" in w for w in warnings)
+    assert any("future" in w for w in warnings)
+    d = resolve(Profile().replace(**{"transformer.quantization": "fp8-scaled-mm"}), cap)["transformer.quantization"]
+    assert d.status.value == "error" and "SM ?" in d.message  # an unknown SM decides nothing, never crashes
+
+
+def test_preset_gpu_count_is_bounded():
+    with pytest.raises(CapabilityError, match="at most 64"):
+        preset("h100x100000000")
+    assert len(preset("h100x64").gpus) == 64
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: os.mkfifo(p), "FIFO"),
+    (lambda p: p.mkdir(), "directory"),
+    (lambda p: p.write_bytes(b" " * (17 * 1024 * 1024)), "at most"),
+])
+def test_capability_files_must_be_small_regular_files(tmp_path, make, match):
+    path = tmp_path / "cap.json"
+    make(path)
     with pytest.raises(CapabilityError, match=match):
         load_capability(str(path))
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from backends.probe.presets import preset
+from backends.machine.presets import preset
 from fakes import without
 from ltx_tui.cli import main
 from test_profile import BROKEN, BROKEN_CASES, GOOD
@@ -35,20 +35,21 @@ def test_check_text_lists_gpus_packages_and_options(capsys):
     assert code == 0
     assert "[0] NVIDIA H100 80GB HBM3" in out
     assert "natten" in out and "hopper-fna" in out
-    assert "diffvae.natten_kernel" in out and "auto -> hopper-fna" in out
+    assert "diffvae.na_backend" in out and "auto -> triton" in out  # SM 9.0: ltx-tui's Triton NA first
     assert "\x1b[" not in out  # no colour when not a TTY
     assert "exit 0" in out
 
 
 @pytest.mark.parametrize("fixture, capability, code, option, status", [
-    ("combined_compile.toml", "h100-no-natten", 1, "diffvae.mode", "error"),
+    # ltx-tui's runtime runs these; the warning says LTX-2's own pipeline would not
+    ("combined_compile.toml", "h100-no-natten", 0, "diffvae.mode", "warning"),
     ("combined_compile.toml", "h100", 0, "diffvae.mode", "ok"),
-    ("chunked_compile.toml", "h100-no-natten", 0, "diffvae.mode", "fallback"),
+    ("chunked_compile.toml", "h100-no-natten", 0, "diffvae.mode", "warning"),
     ("chunked_compile.toml", "cpu", 1, "diffvae.mode", "ok"),  # natten flex runs on the cpu preset
     ("fp8_scaled_mm.toml", "a100", 1, "transformer.quantization", "error"),
     ("fp8_scaled_mm.toml", "h100", 0, "transformer.quantization", "ok"),
-    ("offload_cpu_fp8_scaled_mm.toml", "h100", 1, "offload.mode", "error"),
-    ("reduce_overhead.toml", "h100", 1, "compile.mode", "error"),
+    ("offload_cpu_fp8_scaled_mm.toml", "h100", 0, "offload.mode", "warning"),
+    ("reduce_overhead.toml", "h100", 0, "compile.mode", "warning"),
     ("four_gpus.toml", "h100x2", 1, "parallel.gpus", "error"),
     ("four_gpus.toml", "h100x4", 0, "parallel.gpus", "ok"),
 ])

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from backends.config.options import Profile
-from backends.probe.capability import probe
+from backends.machine.capability import probe
 from backends.runtime import ltx2
 from backends.runtime.apply import apply_profile
 

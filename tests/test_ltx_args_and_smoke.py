@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from backends.probe.capability import probe
-from backends.probe.presets import preset
+from backends.machine.capability import probe
+from backends.machine.presets import preset
 from backends.ltx_args import ltx_args
 from backends.config.options import Profile
 from backends.config.plan import resolve

@@ -1,4 +1,5 @@
 import os
+import os
 import pathlib
 
 import pytest
@@ -6,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends.config import profile as prof
-from backends.probe.presets import preset
+from backends.machine.presets import preset
 from backends.config.options import OPTIONS, Kind, Profile
 from backends.config.profile import ProfileError, ProfileExistsError
 
@@ -61,12 +62,25 @@ def test_unreadable_file(monkeypatch, tmp_path):
     path = tmp_path / "p.toml"
     path.write_text("")
 
-    def deny(self):
+    def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(pathlib.Path, "read_bytes", deny)
+    monkeypatch.setattr("backends.machine.textfile.open", deny, raising=False)
     with pytest.raises(ProfileError, match="permission denied"):
         prof.load(path)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: os.mkfifo(p), "is a FIFO"),
+    (lambda p: p.write_bytes(b"#" * (1024 * 1024 + 1)), "at most 1,048,576"),
+])
+def test_profiles_must_be_small_regular_files(tmp_path, make, match):
+    path = tmp_path / "p.toml"
+    make(path)
+    with pytest.raises(ProfileError, match=match):  # a FIFO is refused without being opened (no hang)
+        prof.load(path)
+    with pytest.raises(ProfileError, match="is a character device"):
+        prof.load("/dev/zero")
 
 
 def test_empty_file_is_all_defaults():

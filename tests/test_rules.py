@@ -2,7 +2,7 @@
 
 import pytest
 
-from backends.probe.presets import preset
+from backends.machine.presets import preset
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.config.rules import RULES, Facts, Status, exit_code, natten_kernels

@@ -11,8 +11,8 @@ import torch
 from backends import load_profile
 from backends.config.options import OPTIONS, Profile
 from backends.config.plan import resolve
-from backends.probe.capability import probe
-from backends.probe.presets import preset
+from backends.machine.capability import probe
+from backends.machine.presets import preset
 from backends.runtime.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
 from backends.runtime.attention import NAFunction, implementation
 from backends.runtime.dense_attention import AttentionUnavailable, DenseFunction

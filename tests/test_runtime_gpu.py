@@ -8,7 +8,7 @@ import torch
 
 from backends import load_profile
 from backends.runtime.apply import apply_profile
-from backends.probe.capability import probe
+from backends.machine.capability import probe
 from backends.runtime.modules import BlockStack, na_stack
 from backends.runtime.quant import FP8ScaledMMLinear, Int8Linear
 from kernels.int8_gemm import int8_linear, int8_linear_torch, quantize_rows

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
-from backends.probe.capability import Capability
+from backends.machine.capability import Capability
 
 # The runtime's steps, in the order apply_profile takes them.
 STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "quantize", "offload", "compile")

@@ -16,6 +16,8 @@ from typing import Any
 
 import tomli_w
 
+from backends.machine.textfile import FileProblem, read_bounded
+
 from backends.config.options import (
     OPTIONS,
     OPTIONS_BY_KEY,
@@ -29,6 +31,7 @@ from backends.config.options import (
 )
 
 TOOL_VERSION = "0.1.0"
+MAX_BYTES = 1024 * 1024  # a profile is a few hundred bytes; anything past 1 MiB is not one
 GENERATED_KEYS = ("tool_version", "time", "capability_fingerprint", "capability_source")
 
 
@@ -140,15 +143,11 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
     """Read a profile file: (profile, warnings). Raises ProfileError for anything unusable."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ProfileError(p, "file not found", hint="check the path, or run `ltx-tui` to create a profile") from None
-    except IsADirectoryError:
-        raise ProfileError(p, "is a directory, expected a TOML file") from None
-    except PermissionError:
-        raise ProfileError(p, "permission denied", hint="check the file's permissions") from None
-    except OSError as e:
-        raise ProfileError(p, f"cannot read: {e.strerror or e}") from None
+        raw = read_bounded(p, MAX_BYTES)
+    except FileProblem as e:
+        hint = "check the path, or run `ltx-tui` to create a profile" if "not found" in str(e) else \
+            ("check the file's permissions" if "permission" in str(e) else None)
+        raise ProfileError(p, str(e), hint=hint) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -197,7 +196,7 @@ def dumps(profile: Profile, generated: Generated | None = None) -> str:
 
 
 def generated_for(capability: Any = None, now: datetime.datetime | None = None) -> Generated:
-    """Provenance for a profile validated on `capability` (a backends.probe.capability.Capability)."""
+    """Provenance for a profile validated on `capability` (a backends.machine.capability.Capability)."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return Generated(
         tool_version=TOOL_VERSION,

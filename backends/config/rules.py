@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from backends.probe.capability import GPU, Availability, Capability
+from backends.machine.capability import GPU, Availability, Capability
 from backends.config.options import (
     Attention,
     CompileBackend,
@@ -79,7 +79,8 @@ class Facts:
 
     @property
     def sm(self) -> tuple[int, int] | None:
-        return self.gpu.compute_capability if self.cuda and self.gpu else None
+        """The GPU's compute capability; (0, 0) when the capability does not know it."""
+        return (self.gpu.compute_capability or (0, 0)) if self.cuda and self.gpu else None
 
     @property
     def sm_text(self) -> str:

@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, toml_value
 from backends.config.plan import PIPELINE, Plan, Step, resolve
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
-from backends.probe.capability import Capability, import_optional, probe
+from backends.machine.capability import Capability, import_optional, probe
 from backends.runtime.attention import DTYPE_NAMES, NAFunction
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder

@@ -27,7 +27,7 @@ from backends.config.rules import (
     na_usable,
     natten_kernel_check,
 )
-from backends.probe.capability import Availability, Capability, probe
+from backends.machine.capability import Availability, Capability, probe
 from kernels.na3d_args import BoolOr3, IntOr3, check_na3d
 
 NATTEN_KERNELS = tuple(f"natten:{k.value}" for k in NATTEN_AUTO_ORDER)

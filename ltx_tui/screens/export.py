@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from backends.probe.capability import Capability
+from backends.machine.capability import Capability
 from backends.ltx_args import ltx_args
 from backends.config.options import Profile
 from backends.config.plan import resolve

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from backends.config.rules import natten_kernels
-from backends.probe.capability import Capability
+from backends.machine.capability import Capability
 
 
 def backends_text(cap: Capability) -> Text:

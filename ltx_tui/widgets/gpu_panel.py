@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from backends.probe.capability import GPU, NvmlInfo
+from backends.machine.capability import GPU, NvmlInfo
 
 HISTORY = 60  # samples, about one a second
 BARS = " ▁▂▃▄▅▆▇█"

@@ -46,7 +46,7 @@ def row_text(spec: OptionSpec, value: Any, decision: Decision | None) -> Text:
     text.append(show_value(value))
     if decision is not None:
         effective = show_value(decision.effective) if decision.effective is not None else (
-            "error" if decision.status is Status.ERROR else "unused")
+            "cannot run" if decision.status is Status.ERROR else "unused")
         text.append("  → ")
         text.append(effective, style="bold")
         text.append(f"  {decision.status.value}", style=STATUS_STYLE[decision.status])

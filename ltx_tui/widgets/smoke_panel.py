@@ -7,11 +7,11 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
-from backends.smoke import CheckResult, CheckSpec
+from backends.smoke import CheckResult, CheckSpec, summary
 
 COLUMNS = ("check", "status", "seconds", "max error", "message")
 STYLE = {"pass": "green", "fail": "red", "error": "red", "timeout": "red", "cancelled": "yellow", "running": "cyan",
-         "queued": "dim"}
+         "queued": "dim", "not run": "dim"}
 
 
 class SmokePanel(Vertical):
@@ -25,16 +25,18 @@ class SmokePanel(Vertical):
             table.add_column(column, key=column)
         yield table
 
-    def start(self, specs: list[CheckSpec]) -> None:
+    def start(self, specs: list[CheckSpec], note: str = "") -> None:
+        """Rows for `specs`; `note` says where the checks run when that is not the profile's machine."""
         table = self.query_one(DataTable)
         table.clear()
         for i, spec in enumerate(specs):
             table.add_row(spec.name, Text("queued", style=STYLE["queued"]), "", "", "", key=str(i))
         bar = self.query_one(ProgressBar)
         bar.update(total=max(len(specs), 1), progress=0)
-        self.query_one("#smoke-status", Static).update(
-            f"running {len(specs)} check(s), each in a subprocess — press c to cancel" if specs
-            else "nothing to check: every option in error or unused")
+        self.note = note
+        self.query_one("#smoke-status", Static).update(Text(
+            (f"running {len(specs)} check(s), each in a subprocess — press c to cancel" if specs
+             else "nothing to check: every option in error or unused") + note))
 
     def running(self, index: int) -> None:
         self.query_one(DataTable).update_cell(str(index), "status", Text("running", style=STYLE["running"]),
@@ -48,8 +50,12 @@ class SmokePanel(Vertical):
             table.update_cell(str(index), col, value, update_width=True)
         self.query_one(ProgressBar).advance(1)
 
-    def finish(self, results: list[CheckResult], total: int, cancelled: bool) -> None:
-        passed = sum(r.status == "pass" for r in results)
-        failed = len(results) - passed
-        text = f"{passed} passed, {failed} failed" + (f", {total - len(results)} not run (cancelled)" if cancelled else "")
-        self.query_one("#smoke-status", Static).update(Text(text, style="red" if failed else "green"))
+    def finish(self, results: list[CheckResult], total: int) -> None:
+        table = self.query_one(DataTable)
+        for index in range(len(results), total):  # rows the run never reached
+            table.update_cell(str(index), "status", Text("not run", style=STYLE["not run"]), update_width=True)
+        bad = any(r.status in ("fail", "error", "timeout") for r in results)
+        style = "red" if bad else "yellow" if len(results) < total or any(r.status != "pass" for r in results) \
+            else "green"
+        self.query_one("#smoke-status", Static).update(Text(summary(results, total) + getattr(self, "note", ""),
+                                                            style=style))

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from backends.probe.capability import (
+from backends.machine.capability import (
     GPU,
+    MAX_GPUS,
     PACKAGE_MODULES,
     Availability,
     Capability,
@@ -24,6 +25,9 @@ from backends.probe.capability import (
     TorchInfo,
     from_dict,
 )
+from backends.machine.textfile import FileProblem, read_bounded
+
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a --check --json output is tens of KiB
 
 GIB = 1024**3
 
@@ -103,27 +107,29 @@ def preset(preset_id: str) -> Capability:
             f"unknown capability {preset_id!r}; expected one of {', '.join(PRESETS)} "
             "(optionally with xN for N GPUs, e.g. h100x8) or the path of a capability JSON file"
         )
+    if count > MAX_GPUS:
+        raise CapabilityError(f"{preset_id!r}: {count} GPUs; a capability describes at most {MAX_GPUS}")
     return build_preset(base, count)
 
 
-def load_capability(spec: str) -> Capability:
-    """A preset id, or the path of a JSON file holding a capability (or a `--check --json` output)."""
+def load_capability(spec: str, warnings: list[str] | None = None) -> Capability:
+    """A preset id, or the path of a JSON file holding a capability (or a `--check --json` output).
+
+    Unknown fields in a file are ignored with a message appended to `warnings`."""
     path = Path(spec)
     if not (path.suffix or os.sep in spec or path.exists()):
         return preset(spec)
     fix = "save one with `ltx-tui --check --json > cap.json` on the target machine, or use a preset id"
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CapabilityError(f"{spec}: capability file not found; {fix}") from None
-    except IsADirectoryError:
-        raise CapabilityError(f"{spec}: is a directory, expected a JSON file; {fix}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CapabilityError(f"{spec}: cannot read capability file ({e})") from None
+        text = read_bounded(path, MAX_FILE_BYTES).decode("utf-8")
+    except FileProblem as e:
+        raise CapabilityError(f"{spec}: {e}; {fix}") from None
+    except UnicodeDecodeError as e:
+        raise CapabilityError(f"{spec}: not UTF-8 text ({e.reason} at byte {e.start}); {fix}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise CapabilityError(f"{spec}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
     if not isinstance(data, Mapping):
         raise CapabilityError(f"{spec}: expected a JSON object, found {type(data).__name__}; {fix}")
-    return from_dict(data, f"file:{spec}")
+    return from_dict(data, f"file:{spec}", warnings)

@@ -2,13 +2,12 @@
 
 `probe()` reads the live machine (NVML for the GPUs, torch for CUDA, imports for the
 packages); `from_dict` reads the capability block of a `--check --json` output. Presets
-and `load_capability` live in `backends.probe.presets`.
+and `load_capability` live in `backends.machine.presets`.
 A missing driver, NVML, CUDA or package gives a value that says why, never an exception.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import importlib
@@ -18,9 +17,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from backends.probe import nvml as nvml_mod
+from backends.machine import nvml as nvml_mod
 
 
 @dataclass(frozen=True)
@@ -134,6 +133,9 @@ class Capability:
 
 class CapabilityError(Exception):
     """A capability id or file that cannot be used; the message says what and how to fix."""
+
+
+MAX_GPUS = 64  # the most GPUs a capability (preset or file) may describe
 
 
 # ---------------------------------------------------------------------------------------
@@ -331,25 +333,11 @@ def _merge_gpus(nvml_devs: list[dict[str, Any]], torch_devs: list[dict[str, Any]
     return gpus, how
 
 
-def _with_timeout(fn: Callable[[], Any], seconds: float) -> tuple[Any, str | None]:
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(fn)
-    try:
-        return future.result(timeout=seconds), None
-    except concurrent.futures.TimeoutError:
-        return None, f"did not answer within {seconds:g} s"
-    finally:
-        pool.shutdown(wait=False)
-
-
 def read_nvml(session: nvml_mod.NvmlSession, env: Mapping[str, str] | None = None,
               timeout: float = 10.0) -> tuple[NvmlInfo, list[dict[str, Any]], tuple[GPU, ...]]:
     """One NVML reading: (NVML info, raw device readings, GPUs in CUDA ordinal order). Never raises."""
     env = os.environ if env is None else env
-    result, late = _with_timeout(session.read_all, timeout)
-    if late:
-        return NvmlInfo(False, f"NVML {late}"), [], ()
-    info, devs = result
+    info, devs = session.read_all(timeout=timeout)
     gpus, match = _merge_gpus(devs, [], env)
     return NvmlInfo(**info, ordinal_match=match), devs, gpus
 
@@ -370,19 +358,109 @@ def probe(*, nvml_module: Any = None, env: Mapping[str, str] | None = None,
     return cap
 
 
-def from_dict(data: Mapping[str, Any], source: str) -> Capability:
-    """A Capability from its JSON form (or a whole `--check --json` output)."""
-    if "capability" in data and isinstance(data["capability"], Mapping):
-        data = data["capability"]
-    try:
-        gpus = tuple(GPU(**{**g, "compute_capability": tuple(g["compute_capability"]) if g.get("compute_capability") else None})
-                     for g in data["gpus"])
-        packages = {n: Package(**p) for n, p in data["packages"].items()}
-        cap = Capability(source=source, platform=data["platform"], nvml=NvmlInfo(**data["nvml"]),
-                         torch=TorchInfo(**data["torch"]), gpus=gpus, packages=packages,
-                         sdpa={n: Availability(**a) for n, a in data["sdpa"].items()})
-    except KeyError as e:
-        raise CapabilityError(f"{source}: missing key {e} in the capability object") from None
-    except (TypeError, AttributeError) as e:
-        raise CapabilityError(f"{source}: malformed capability object ({e})") from None
-    return cap
+# ---------------------------------------------------------------------------------------
+# Capability files: every field checked, with its JSON path in the message
+
+_INT, _NUM, _STR, _BOOL = (int,), (int, float), (str,), (bool,)
+# field -> (allowed JSON types, may be null); fields not listed keep their defaults when absent
+_FIELDS: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
+    GPU: {"index": (_INT, False), "name": (_STR, False), "compute_capability": ((list,), True),
+          "memory_total": (_INT, True), "uuid": (_STR, True), "pci_bus_id": (_STR, True),
+          "memory_used": (_INT, True), "utilization": (_INT, True), "temperature": (_INT, True),
+          "power_draw": (_NUM, True), "power_limit": (_NUM, True), "sm_clock": (_INT, True),
+          "mem_clock": (_INT, True), "nvml_index": (_INT, True), "errors": ((dict,), False)},
+    NvmlInfo: {"available": (_BOOL, False), "reason": (_STR, True), "driver_version": (_STR, True),
+               "cuda_driver_version": (_STR, True), "device_count": (_INT, True), "ordinal_match": (_STR, True)},
+    TorchInfo: {"available": (_BOOL, False), "reason": (_STR, True), "version": (_STR, True), "cuda": (_STR, True),
+                "cudnn": (_INT, True), "cuda_available": (_BOOL, False), "cuda_reason": (_STR, True),
+                "device_count": (_INT, False), "nccl": (_BOOL, False)},
+    Package: {"name": (_STR, False), "module": (_STR, False), "available": (_BOOL, False), "version": (_STR, True),
+              "reason": (_STR, True), "details": ((dict,), False)},
+    Availability: {"available": (_BOOL, False), "reason": (_STR, True)},
+}
+_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "an array",
+          dict: "an object"}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Reader:
+    def __init__(self, source: str, warnings: list[str]) -> None:
+        self.source, self.warnings = source, warnings
+
+    def fail(self, path: str, problem: str) -> CapabilityError:
+        return CapabilityError(f"{self.source}: {path}: {problem}")
+
+    def obj(self, cls: type, value: Any, path: str) -> Any:
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"expected an object, found {_shown(value)}")
+        fields = _FIELDS[cls]
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        for name in sorted(required - set(value)):
+            raise self.fail(f"{path}.{name}", "missing")
+        extra = sorted(set(value) - set(fields))
+        if extra:
+            self.warnings.append(f"{self.source}: {path}: ignored unknown field(s) {', '.join(extra)} "
+                                 "(written by a newer ltx-tui?)")
+        out = {}
+        for name, (types, nullable) in fields.items():
+            if name not in value:
+                continue
+            v = value[name]
+            where = f"{path}.{name}"
+            if v is None:
+                if not nullable:
+                    raise self.fail(where, f"must not be null; expected {_NAMES[types[0]]}")
+            elif not isinstance(v, types) or (bool not in types and isinstance(v, bool)):
+                raise self.fail(where, f"expected {_NAMES[types[0]]}, found {_shown(v)}")
+            elif types is _INT and v < 0:
+                raise self.fail(where, f"expected a non-negative integer, found {v}")
+            out[name] = v
+        if cls is GPU:
+            cc = out.get("compute_capability")
+            if cc is not None:
+                if len(cc) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in cc):
+                    raise self.fail(f"{path}.compute_capability", f"expected [major, minor], found {_shown(cc)}")
+                out["compute_capability"] = tuple(cc)
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in out.get("errors", {}).items()):
+                raise self.fail(f"{path}.errors", "expected an object of strings")
+        return cls(**out)
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"expected an object, found {_shown(value)}")
+        return value
+
+
+def from_dict(data: Mapping[str, Any], source: str, warnings: list[str] | None = None) -> Capability:
+    """A Capability from its JSON form (or a whole `--check --json` output), every field checked.
+
+    Unknown fields (from a newer ltx-tui) are ignored with a warning appended to `warnings`.
+    """
+    r = _Reader(source, [] if warnings is None else warnings)
+    path = "$"
+    if "capability" in data:
+        data, path = r.mapping(data["capability"], "$.capability"), "$.capability"
+    for key in ("platform", "nvml", "torch", "gpus", "packages", "sdpa"):
+        if key not in data:
+            raise r.fail(f"{path}.{key}", "missing")
+    if not isinstance(data["platform"], str):
+        raise r.fail(f"{path}.platform", f"expected a string, found {_shown(data['platform'])}")
+    if not isinstance(data["gpus"], list):
+        raise r.fail(f"{path}.gpus", f"expected an array, found {_shown(data['gpus'])}")
+    if len(data["gpus"]) > MAX_GPUS:
+        raise r.fail(f"{path}.gpus", f"{len(data['gpus'])} GPUs; at most {MAX_GPUS} are supported")
+    gpus = tuple(r.obj(GPU, g, f"{path}.gpus[{i}]") for i, g in enumerate(data["gpus"]))
+    packages = {n: r.obj(Package, p, f"{path}.packages.{n}")
+                for n, p in r.mapping(data["packages"], f"{path}.packages").items()}
+    sdpa = {n: r.obj(Availability, a, f"{path}.sdpa.{n}") for n, a in r.mapping(data["sdpa"], f"{path}.sdpa").items()}
+    known = {"source", "platform", "nvml", "torch", "gpus", "packages", "sdpa"}
+    extra = sorted(set(data) - known)
+    if extra:
+        r.warnings.append(f"{source}: {path}: ignored unknown field(s) {', '.join(extra)} (written by a newer ltx-tui?)")
+    return Capability(source=source, platform=data["platform"], nvml=r.obj(NvmlInfo, data["nvml"], f"{path}.nvml"),
+                      torch=r.obj(TorchInfo, data["torch"], f"{path}.torch"), gpus=gpus, packages=packages, sdpa=sdpa)

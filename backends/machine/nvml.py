@@ -2,10 +2,17 @@
 
 Every failure becomes a reason string: no driver, no library, a field the GPU does not
 support. The module object is injectable so tests run with a fake.
+
+`read_all(timeout=...)` reads in a daemon thread under a lock, so a hung driver can neither
+block the caller past the timeout nor keep the process from exiting. A read that did not
+return leaves the session unusable: later reads say so at once (never a second thread inside
+NVML), and once the stuck call returns the session starts over with a fresh nvmlInit.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Callable
 
 
@@ -34,6 +41,9 @@ class NvmlSession:
         self._module = module
         self._ready = False
         self.reason: str | None = None
+        self._lock = threading.Lock()
+        self._stuck: threading.Thread | None = None
+        self._stuck_since = 0.0
 
     def _nvml(self) -> Any:
         if self._ready:
@@ -56,6 +66,15 @@ class NvmlSession:
         return self._module
 
     def close(self) -> None:
+        """Shut NVML down, unless a read is still inside it (then the process exit cleans up)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._shutdown()
+        finally:
+            self._lock.release()
+
+    def _shutdown(self) -> None:
         if self._ready:
             try:
                 self._module.nvmlShutdown()
@@ -122,9 +141,38 @@ class NvmlSession:
             out["name"] = f"GPU {index}"
         return out
 
-    def read_all(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(system info, one reading per NVML device)."""
-        info = self.system()
-        if not info["available"]:
-            return info, []
-        return info, [self.device(i) for i in range(info["device_count"])]
+    def _read_all(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        with self._lock:
+            info = self.system()
+            if not info["available"]:
+                return info, []
+            return info, [self.device(i) for i in range(info["device_count"])]
+
+    def read_all(self, timeout: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(system info, one reading per NVML device); with `timeout`, never waits longer."""
+        if timeout is None:
+            return self._read_all()
+        if self._stuck is not None:
+            if self._stuck.is_alive():
+                return {"available": False, "reason": f"NVML did not answer: a read has been stuck in the driver "
+                        f"for {time.monotonic() - self._stuck_since:.0f} s"}, []
+            self._stuck = None  # it came back: start over with a fresh session
+            with self._lock:
+                self._shutdown()
+                self.reason = None
+        box: dict[str, Any] = {}
+
+        def read() -> None:
+            try:
+                box["result"] = self._read_all()
+            except Exception as e:  # the caller gets the reason, not a dead thread
+                box["result"] = ({"available": False, "reason": f"NVML read failed: {describe_error(e)}"}, [])
+
+        reader = threading.Thread(target=read, name="nvml-read", daemon=True)
+        started = time.monotonic()
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive():
+            self._stuck, self._stuck_since = reader, started
+            return {"available": False, "reason": f"NVML did not answer within {timeout:g} s"}, []
+        return box["result"]
