@@ -145,8 +145,70 @@ def smoke_line(row) -> str:
     return f"  {row.status:<9} {row.name:<34} {row.seconds:7.2f} s  max err {err:<9} {row.message}"
 
 
+def _load(profile_path: str | None, capability: str | None, usage_error) -> tuple | int:
+    """(profile, its warnings, capability, its warnings), or the exit code of a usage error. The
+    profile is read and checked before the live probe (which imports torch)."""
+    warnings: list[str] = []
+    cap_warnings: list[str] = []
+    profile = Profile()
+    if profile_path:
+        try:
+            profile, read_warnings = profmod.read(profile_path)
+        except profmod.ProfileError as e:
+            return usage_error("profile", str(e))
+        warnings = [str(w) for w in read_warnings]
+    try:
+        cap = load_capability(capability, cap_warnings) if capability else capmod.probe()
+    except capmod.CapabilityError as e:
+        return usage_error("capability", str(e))
+    return profile, warnings, cap, cap_warnings
+
+
+def _write_atomically(path: str, text: str) -> None:
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def explain_option(key: str, *, profile_path: str | None, capability: str | None,
+                   stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """`ltx-tui --explain KEY`: exit 0, or 2 for an unknown key / unreadable input."""
+    from backends.config.options import OPTIONS_BY_KEY, suggest
+    from backends.config.plan import explain
+
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    if key not in OPTIONS_BY_KEY:
+        hint = suggest(key, list(OPTIONS_BY_KEY))
+        print(f"ltx-tui: unknown option {key!r}" + (f"; {hint}" if hint else "") + "; options: "
+              + ", ".join(OPTIONS_BY_KEY), file=stderr)
+        return EXIT_USAGE
+
+    def usage_error(kind: str, message: str) -> int:
+        print(f"ltx-tui: {kind} error: {message}", file=stderr)
+        return EXIT_USAGE
+
+    loaded = _load(profile_path, capability, usage_error)
+    if isinstance(loaded, int):
+        return loaded
+    profile, warnings, cap, cap_warnings = loaded
+    for w in warnings + cap_warnings:
+        print(w, file=stderr)
+    stdout.write(explain(key, resolve(profile, cap)))
+    return EXIT_OK
+
+
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
-              smoke: bool = False, ltx: bool = False, timeout: float = 120.0,
+              smoke: bool = False, ltx: bool = False, timeout: float = 120.0, output: str | None = None,
               stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
@@ -157,26 +219,28 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             print(_error_json(kind, message), file=stdout)
         return EXIT_USAGE
 
-    warnings: list[str] = []
-    profile = Profile()
-    if profile_path:  # read and checked before the (slow) live probe
-        try:
-            profile, read_warnings = profmod.read(profile_path)
-        except profmod.ProfileError as e:
-            return usage_error("profile", str(e))
-        warnings = [str(w) for w in read_warnings]
-    try:
-        cap = load_capability(capability) if capability else capmod.probe()
-    except capmod.CapabilityError as e:
-        return usage_error("capability", str(e))
+    loaded = _load(profile_path, capability, usage_error)
+    if isinstance(loaded, int):
+        return loaded
+    profile, warnings, cap, cap_warnings = loaded
     plan = resolve(profile, cap)
     code = plan.exit_code(strict=strict)
     label = profile_path or "the default profile"
     if ltx and not as_json:
-        stdout.write(ltx_args(plan, label))
+        for w in warnings + cap_warnings:
+            print(w, file=stderr)
+        if output:
+            try:
+                _write_atomically(output, ltx_args(plan, label))
+            except OSError as e:
+                return usage_error("output", f"{output}: cannot write ({e.strerror or e})")
+            print(f"ltx-tui: wrote the LTX-2 command line to {output}", file=stderr)
+        else:
+            stdout.write(ltx_args(plan, label))
         return code
     if not as_json:
-        stdout.write(render_text(cap, profile_path or "default (no --profile)", warnings, list(plan), use_colour(stdout)))
+        stdout.write(render_text(cap, profile_path or "default (no --profile)", warnings + cap_warnings, list(plan),
+                                 use_colour(stdout)))
     results = []
     if smoke:
         here = resolve(profile, capmod.probe()) if capability else plan
@@ -198,6 +262,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "capability_fingerprint": cap.fingerprint(),
             "profile": {"path": profile_path, "values": profmod.to_data(dataclasses.replace(profile, generated=None)),
                         "warnings": warnings},
+            "capability_warnings": cap_warnings,
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),

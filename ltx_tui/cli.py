@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-EPILOG = """exit codes (--check):
+EXIT_INTERNAL, EXIT_PIPE = 3, 141
+
+EPILOG = """exit codes (--check, --explain):
   0  runnable as asked (fallbacks and warnings are reported)
   1  some option cannot run here; with --strict also any fallback or warning;
      with --smoke also any smoke check that did not pass
   2  usage error, or a profile / capability file that cannot be read
+  3  internal error (one line on stderr, the traceback in the log file it names)
+  141  the output pipe was closed (e.g. `| head`); nothing more is written
 """
 
 
@@ -44,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --smoke: seconds each check may take (default 120)")
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
+    parser.add_argument("--output", metavar="FILE",
+                        help="with --ltx-args: write the command line to FILE (replaced atomically) instead of stdout")
+    parser.add_argument("--explain", metavar="KEY",
+                        help="what option KEY does: its values, rules with their verdict here, the runtime step, "
+                        "the LTX-2 flag (with --profile / --capability)")
     parser.add_argument("--list-capabilities", action="store_true", help="list the capability presets and exit")
     parser.add_argument("--version", action="version", version=f"ltx-tui {TOOL_VERSION}")
     return parser
@@ -52,15 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.output and not args.ltx_args:
+        parser.error("--output goes with --check --ltx-args")
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities
 
         return list_capabilities()
+    if args.explain:
+        from ltx_tui.check import explain_option
+
+        return explain_option(args.explain, profile_path=args.profile, capability=args.capability)
     if args.check:
         from ltx_tui.check import run_check
 
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
-                         strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout)
+                         strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
+                         output=args.output)
     if args.json or args.strict or args.smoke or args.ltx_args:
         parser.error("--json, --strict, --smoke and --ltx-args go with --check")
     if not sys.stdout.isatty():
@@ -71,8 +88,34 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.profile, args.capability)
 
 
+def _log_internal_error() -> str:
+    """Write the current exception's traceback to a log file; returns its path."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="ltx-tui-error-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"ltx-tui {' '.join(sys.argv[1:])}\n")
+        traceback.print_exc(file=f)
+    return path
+
+
 def entry() -> None:
-    sys.exit(main())
+    """The console script: exit codes as documented, never a traceback on the terminal."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_PIPE
+    except KeyboardInterrupt:
+        print("ltx-tui: interrupted", file=sys.stderr)
+        code = 130
+    except Exception as e:
+        path = _log_internal_error()
+        print(f"ltx-tui: internal error: {type(e).__name__}: {e} (traceback in {path})", file=sys.stderr)
+        code = EXIT_INTERNAL
+    sys.exit(code)
 
 
 if __name__ == "__main__":

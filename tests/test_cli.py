@@ -142,3 +142,65 @@ def test_console_script_check_never_imports_textual():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["exit_code"] == 0
+
+
+def test_broken_profile_is_reported_before_the_live_probe(capsys, monkeypatch, tmp_path):
+    def no_probe(**kwargs):
+        raise AssertionError("the live probe ran before the profile was checked")
+    monkeypatch.setattr("backends.machine.capability.probe", no_probe)
+    code, _, err = run(capsys, "--check", "--profile", str(BROKEN / "unknown_enum.toml"))
+    assert code == 2 and "not allowed" in err
+
+
+def test_internal_error_exits_3_with_one_line_and_a_log(capsys, monkeypatch):
+    from ltx_tui.cli import entry
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr("ltx_tui.check.resolve", boom)
+    monkeypatch.setattr("sys.argv", ["ltx-tui", "--check", "--capability", "h100"])
+    with pytest.raises(SystemExit) as exit_:
+        entry()
+    assert exit_.value.code == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: planted" in err
+    log = err.split("traceback in ")[1].rstrip(")\n")
+    assert "Traceback" in open(log).read()
+
+
+def test_closed_pipe_is_quiet(capsys, monkeypatch):
+    import io
+    import os
+
+    from ltx_tui.cli import entry
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone, as with `ltx-tui --check --smoke | head -2`
+    closed = io.TextIOWrapper(os.fdopen(write_end, "wb"), write_through=True)
+    monkeypatch.setattr("sys.stdout", closed)
+    monkeypatch.setattr("sys.argv", ["ltx-tui", "--check", "--capability", "h100"])
+    with pytest.raises(SystemExit) as exit_:
+        entry()
+    assert exit_.value.code == 141 and "Traceback" not in capsys.readouterr().err
+
+
+def test_explain_prints_values_rules_runtime_and_flag(capsys):
+    code, out, _ = run(capsys, "--explain", "diffvae.mode", "--capability", "h100")
+    assert code == 0
+    assert "values:   one of 'chunked_eager'" in out and "diffvae.combined-needs-natten" in out
+    assert "runtime:  LTX-2 DiffusionVideoDecoder: chunked_eager layout" in out
+    assert "LTX-2:    --diffvae-optimization MODE" in out
+    code, _, err = run(capsys, "--explain", "compile.mod")
+    assert code == 2 and "did you mean 'compile.mode'" in err
+
+
+def test_ltx_args_output_file(capsys, tmp_path):
+    target = tmp_path / "run.sh"
+    code, out, err = run(capsys, "--check", "--capability", "h100", "--ltx-args", "--output", str(target))
+    assert code == 0 and out == "" and str(target) in err
+    assert "--diffvae-optimization chunked_eager" in target.read_text()
+    code, _, err = run(capsys, "--check", "--ltx-args", "--output", str(tmp_path / "no" / "dir" / "x.sh"),
+                       "--capability", "h100")
+    assert code == 2 and "cannot write" in err
+    with pytest.raises(SystemExit):
+        main(["--check", "--output", str(target)])  # --output needs --ltx-args
