@@ -1,13 +1,17 @@
 """The ltx-tui Textual app: GPUs, backends, options with validation, smoke test, export.
 
 Slow work never runs on the UI thread: NVML is read by a thread worker that never
-overlaps itself, the capability probe (which imports torch) starts after the first frame,
-and smoke checks run in subprocesses from a thread worker.
+overlaps itself, the capability probe (torch, CUDA) runs in a subprocess after the first
+frame (the UI process never creates a CUDA context), and smoke checks run in subprocesses
+from a thread worker. Text from users and files is shown literally, never as markup.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,14 +21,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from backends.machine import capability as capmod
 from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
-from backends.config.options import OPTIONS_BY_KEY, Kind, Profile
+from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
 from backends.config.plan import resolve
 from backends.config.rules import Decision, Status, summarize
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
@@ -40,6 +44,26 @@ from ltx_tui.widgets.smoke_panel import SmokePanel
 
 DEFAULT_EXPORT = "ltx-profile.toml"
 NVML_BACKOFF_S = 30.0
+PROBE_TIMEOUT_S = 120.0
+_PROBE_CODE = ("import json, sys; from backends.machine.capability import probe; "
+               "json.dump(probe().to_dict(), sys.stdout)")
+
+
+def probe_in_subprocess() -> capmod.Capability:
+    """The live capability, probed by a fresh interpreter (torch and CUDA stay out of the UI
+    process); raises RuntimeError with the reason when the probe fails."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE_CODE], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the capability probe gave no answer within {PROBE_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the capability probe exited {done.returncode}: {tail[0]}")
+    try:
+        return capmod.from_dict(json.loads(done.stdout), "live")
+    except (json.JSONDecodeError, capmod.CapabilityError) as e:
+        raise RuntimeError(f"the capability probe's answer is unreadable: {e}") from None
 # runner(specs, cancel, on_start, on_result) -> results
 SmokeRunner = Callable[[list[CheckSpec], threading.Event, Callable[[int], None],
                         Callable[[int, CheckResult], None]], list[CheckResult]]
@@ -72,6 +96,7 @@ class LtxTuiApp(App):
         Binding("r", "tab('resolution')", "Resolution", show=False),
         Binding("t", "tab('smoke')", "Smoke tab", show=False),
         Binding("g", "tab('system')", "GPU/backends", show=False),
+        Binding("p", "retry_probe", "Probe again", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_app", "Quit"),
         Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
@@ -80,8 +105,10 @@ class LtxTuiApp(App):
     def __init__(self, profile_path: str | None = None, capability: str | capmod.Capability | None = None, *,
                  nvml_module: Any = None, smoke_runner: SmokeRunner | None = None,
                  env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
-                 smoke_capability: capmod.Capability | None = None) -> None:
+                 smoke_capability: capmod.Capability | None = None,
+                 prober: Callable[[], capmod.Capability] = probe_in_subprocess) -> None:
         super().__init__()
+        self.prober = prober
         self.profile_path = profile_path
         self.env = os.environ if env is None else env
         self.nvml = NvmlSession(nvml_module)
@@ -118,9 +145,9 @@ class LtxTuiApp(App):
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("\n".join(self.problems), id="banner", classes="visible" if self.problems else "")
+        yield Static(Text("\n".join(self.problems)), id="banner", classes="visible" if self.problems else "")
         with Horizontal(id="body"):
-            with Vertical(id="side"):
+            with VerticalScroll(id="side"):
                 yield GpuPanel(id="side-gpu")
                 yield BackendsPanel(id="side-backends")
             with TabbedContent(id="tabs", initial="options"):
@@ -159,9 +186,15 @@ class LtxTuiApp(App):
             self.call_after_refresh(self._probe)
 
     def _update_title(self) -> None:
+        """The summary first, so a narrow terminal cuts the path, not the error count."""
         where = self.profile_path or "default profile (unsaved)"
-        summary = f" — {summarize(self.decisions)}" if self.decisions else ""
-        self.sub_title = f"{where}{' *' if self.dirty else ''}{summary}"
+        summary = f"{summarize(self.decisions)} — " if self.decisions else ""
+        self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
+
+    def _show_banner(self) -> None:
+        banner = self.query_one("#banner", Static)
+        banner.update(Text("\n".join(self.problems)))
+        banner.set_class(bool(self.problems), "visible")
 
     # --- GPUs -----------------------------------------------------------------------------
     def _poll(self) -> None:
@@ -200,14 +233,39 @@ class LtxTuiApp(App):
     # --- capability and resolution --------------------------------------------------------
     @work(thread=True, group="probe", exit_on_error=False)
     def _probe(self) -> None:
-        cap = capmod.probe(nvml_module=self.nvml_module, env=self.env)
+        try:
+            cap = self.prober()
+        except Exception as e:  # shown in the banner with the retry key
+            self.call_from_thread(self._probe_failed, str(e))
+            return
         self.call_from_thread(self._capability_ready, cap)
 
+    def _probe_failed(self, reason: str) -> None:
+        self._probing = False
+        self.problems = [p for p in self.problems if not p.startswith("Capability probe failed")]
+        self.problems.append(f"Capability probe failed: {reason}. Press p to probe again.")
+        self._show_banner()
+        for view in self.query(ResolutionView):
+            view.waiting(f"no capability: {reason} (press p to probe again)")
+
+    def action_retry_probe(self) -> None:
+        if self.capability is not None or self._probing:
+            self.notify("The capability is known; nothing to probe." if self.capability is not None
+                        else "The probe is running.", markup=False)
+            return
+        self.problems = [p for p in self.problems if not p.startswith("Capability probe failed")]
+        self._show_banner()
+        self._probing = True
+        self._probe()
+
     def _capability_ready(self, cap: capmod.Capability) -> None:
+        self._probing = False
         self.capability = cap
         for panel in self.query(BackendsPanel):
             panel.show(cap)
         self._resolve()
+        if isinstance(self.screen, ChoiceScreen):  # a chooser opened while probing gets its marks now
+            self.screen.set_marks(value_marks(self.profile, cap, self.screen.spec.key))
 
     def _resolve(self) -> None:
         if self.capability is None:
@@ -231,12 +289,16 @@ class LtxTuiApp(App):
         if spec.kind in (Kind.CHOICE, Kind.BOOL):
             marks = value_marks(self.profile, self.capability, key) if self.capability else {}
             self.push_screen(ChoiceScreen(spec, current, marks), apply)
-        else:
-            self.push_screen(ValueScreen(spec, current), apply)
+        else:  # the whole profile's invariants are checked in the dialog, before anything applies
+            self.push_screen(ValueScreen(spec, current, lambda v: self.profile.replace(**{key: v})), apply)
 
     def set_option(self, key: str, value: Any) -> None:
-        """Change one option of the profile and re-resolve."""
-        new = self.profile.replace(**{key: value})
+        """Change one option of the profile and re-resolve (a value the profile refuses is reported)."""
+        try:
+            new = self.profile.replace(**{key: value})
+        except InvalidValue as e:
+            self.notify(f"not applied: {e}", severity="error", markup=False)
+            return
         if new == self.profile:
             return
         self.profile = new
@@ -247,11 +309,25 @@ class LtxTuiApp(App):
         self._update_title()
 
     # --- actions --------------------------------------------------------------------------
+    FOCUS = {"options": "#options-list", "resolution": "#resolution-table", "smoke": "#smoke-table",
+             "system": "#system-scroll"}
+
     def action_tab(self, tab: str) -> None:
+        if tab == "system" and self.screen.has_class("-wide"):  # already beside the tabs: no duplicate
+            self.query_one("#side").focus()
+            return
         self.query_one(TabbedContent).active = tab
+        self.query_one(self.FOCUS[tab]).focus()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """Focus follows the tab: its main widget takes the keys (arrows, enter) at once."""
+        pane = event.pane.id
+        if pane in self.FOCUS:
+            self.query_one(self.FOCUS[pane]).focus()
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.description]
+        keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if b.description]
         self.push_screen(HelpScreen(keys))
 
     def action_smoke(self) -> None:
@@ -284,7 +360,7 @@ class LtxTuiApp(App):
                                         lambda i, r: self.call_from_thread(panel.result, i, r))
             self.call_from_thread(panel.finish, results, len(specs))
         except Exception as e:
-            self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error")
+            self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error", markup=False)
         finally:
             self._smoke_cancel = None
 
@@ -296,6 +372,7 @@ class LtxTuiApp(App):
                 self.profile_path = str(path)
                 self.dirty = False
                 self._update_title()
+                self.notify(f"Profile written to {path}", title="Exported", markup=False)
         self.push_screen(ExportScreen(self.profile, self.capability, default), done)
 
     def action_quit_app(self) -> None:

@@ -3,7 +3,7 @@
 import threading
 
 import pytest
-from textual.widgets import DataTable, Input, OptionList, Static
+from textual.widgets import DataTable, Input, OptionList, Static, TextArea
 
 from backends import load_profile
 from backends.machine.presets import preset
@@ -61,7 +61,7 @@ async def test_changing_an_option_re_resolves():
         assert table_row(app, "transformer.quantization")[0] == "ok"
         await choose(pilot, "transformer.quantization", "fp8-scaled-mm")
         row = table_row(app, "transformer.quantization")
-        assert row[0] == "error" and "8.9" in row[3]
+        assert row[0] == "error" and "8.9" in row[2]
         assert app.profile.transformer.quantization.value == "fp8-scaled-mm"
         assert "1 error" in app.sub_title and "*" in app.sub_title
         assert "fp8-scaled-mm  → cannot run  error" in entry(app, "transformer.quantization")  # not "unused"
@@ -127,7 +127,13 @@ async def test_export_writes_a_profile_that_loads_back(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert load_profile(path) == app.profile
-        assert "--quantization fp8-cast" in str(app.screen.query_one("#ltx-args", Static).render())
+        flags = app.screen.query_one("#ltx-args", TextArea)
+        assert "--quantization fp8-cast" in flags.text and not flags.soft_wrap  # one line per flag, never wrapped
+        copied = []
+        app.copy_to_clipboard = copied.append
+        await pilot.press("ctrl+y")
+        await pilot.pause()
+        assert copied == [flags.text] and "copied" in str(app.screen.query_one("#export-error", Static).render())
         await pilot.press("escape")
         await pilot.pause()
         assert app.dirty is False and app.profile_path == str(path)
@@ -343,3 +349,139 @@ async def test_gpu_history_grows_with_each_reading():
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_for(pilot, lambda: app.query("#tab-gpu GpuRow") and len(app.query("#tab-gpu GpuRow").first().util) >= 3)
         assert len(app.query("#tab-gpu GpuRow").first().util) <= 60
+
+
+# --- issue 10: markup-like text, focus, probe failures, narrow and wide screens ------------------
+
+async def test_bracketed_paths_are_written_and_shown_literally(tmp_path):
+    path = tmp_path / "x[" / "][red]ltx [h100].toml"  # the path holds "[/]" and "[red]"
+    assert "[/]" in str(path)
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "offload.mode", "cpu")
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert load_profile(path) == app.profile
+        assert str(path) in str(app.screen.query_one("#export-error", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.is_running and "[red]ltx [h100].toml" in app.sub_title
+
+
+async def test_profile_value_that_looks_like_markup_shows_the_banner(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[diffvae]\nmode = "[/]"\n')
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        banner = str(app.query_one("#banner", Static).render())
+        assert '"[/]" is not allowed' in banner
+
+
+async def test_focus_follows_the_tab():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        options = app.query_one(OptionsList)
+        start = options.highlighted
+        await pilot.press("g", "o", "down")
+        await pilot.pause()
+        assert app.focused is options and options.highlighted != start
+        await pilot.press("r")
+        await pilot.pause()
+        table = app.query_one("#resolution-table", DataTable)
+        row = table.cursor_row
+        await pilot.press("down")
+        await pilot.pause()
+        assert app.focused is table and table.cursor_row == row + 1
+
+
+async def test_failed_probe_says_why_and_p_probes_again():
+    answers = [RuntimeError("the capability probe exited 1: ImportError: libcuda.so"), preset("h100")]
+
+    def prober():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    app = LtxTuiApp(None, None, nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600, prober=prober)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: "probe failed" in str(app.query_one("#banner", Static).render()))
+        assert "libcuda.so" in str(app.query_one("#banner", Static).render())
+        assert "press p" in str(app.query_one("#banner", Static).render()).lower()
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.capability is not None)
+        await wait_for(pilot, lambda: not app.query_one("#banner", Static).has_class("visible"))
+        assert table_row(app, "transformer.quantization")[0] == "ok"
+
+
+async def test_chooser_opened_while_probing_gets_its_marks():
+    gate = threading.Event()
+
+    def prober():
+        gate.wait(10)
+        return preset("a100")
+
+    app = LtxTuiApp(None, None, nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600, prober=prober)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await edit(pilot, "transformer.quantization")
+        assert isinstance(app.screen, ChoiceScreen)
+        gate.set()
+        values = app.screen.query_one("#values", OptionList)
+        await wait_for(pilot, lambda: "✗ error" in str(values.get_option("fp8-scaled-mm").prompt))
+
+
+async def test_help_shows_keys_as_typed():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        keys = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert "?" in keys and "question_mark" not in keys
+
+
+async def test_narrow_title_keeps_the_error_count():
+    app = make_app("cpu", profile_path="a/rather/long/path/to/some/profile-with-a-long-name.toml")
+    async with app.run_test(size=(60, 20)) as pilot:
+        await pilot.pause()
+        assert app.sub_title.startswith("1 error — ")
+
+
+async def test_resolution_reason_column_is_readable_at_80_columns():
+    app = make_app("a100")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.query_one("#resolution-table", DataTable).columns["why"].width >= 20
+
+
+async def test_wide_screen_g_does_not_duplicate_the_side_panels():
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await pilot.pause()
+        assert app.query_one("TabbedContent").active == "options"
+        assert app.focused is app.query_one("#side")
+
+
+async def test_value_dialog_checks_the_whole_profile():
+    app = make_app("h100x2")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await edit(pilot, "parallel.devices")
+        await pilot.press("0", ",", "1", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ValueScreen)
+        assert "parallel.gpus = 1" in str(app.screen.query_one("#value-error", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.profile.parallel.devices is None

@@ -108,10 +108,14 @@ class Rule:
     id: str
     check: Callable[[Facts], bool]
     message: Callable[[Facts], str]
-    remedy: str
+    remedy: str | Callable[[Facts], str]
 
     def holds(self, f: Facts) -> bool:
         return bool(self.check(f))
+
+    def fix(self, f: Facts) -> str:
+        """The remedy, in the words that fit these facts."""
+        return self.remedy(f) if callable(self.remedy) else self.remedy
 
 
 # --- NATTEN kernels (the facts of NATTEN 0.21.7) ------------------------------------------
@@ -358,7 +362,10 @@ _RULES: tuple[Rule, ...] = (
     Rule("parallel.gpu-count", lambda f: f.profile.parallel.gpus <= len(f.cap.gpus) and (f.cuda or not f.cap.gpus),
          lambda f: f"parallel.gpus = {f.profile.parallel.gpus} but {len(f.cap.gpus) if f.cuda else 0} "
          f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})"),
-         "lower parallel.gpus, or check CUDA_VISIBLE_DEVICES and the driver"),
+         lambda f: ("run on a machine with an NVIDIA GPU and a CUDA build of torch (check the driver and "
+                    "CUDA_VISIBLE_DEVICES)") if f.profile.parallel.gpus == 1 else
+         f"lower parallel.gpus to the {len(f.cap.gpus) if f.cuda else 0} visible, or check CUDA_VISIBLE_DEVICES "
+         "and the driver"),
     Rule("parallel.devices",
          lambda f: all(d < len(f.cap.gpus) for d in (f.profile.parallel.devices or ())),
          lambda f: f"parallel.devices {list(f.profile.parallel.devices or ())} names ordinals beyond the "
@@ -420,7 +427,7 @@ class _Resolver:
             return True
         rule = failed[0]
         self.put(key, None, Status.ERROR, [Step(_plain(self.p.get(key)), rule.message(self.f))],
-                 [r.id for r in failed], rule.message(self.f), rule.remedy)
+                 [r.id for r in failed], rule.message(self.f), rule.fix(self.f))
         return False
 
     def warn(self, key: str, rule_id: str, effective: Any = ..., reason: str | None = None) -> None:
@@ -429,7 +436,7 @@ class _Resolver:
         value = self.p.get(key) if effective is ... else effective
         chain = [Step(_plain(self.p.get(key)), reason or "requested")] if effective is not ... or reason else []
         chain.append(Step(_plain(value), rule.message(self.f)))
-        self.put(key, value, Status.WARNING, chain, [rule_id], rule.message(self.f), rule.remedy)
+        self.put(key, value, Status.WARNING, chain, [rule_id], rule.message(self.f), rule.fix(self.f))
 
     # options -----------------------------------------------------------------------------
     def diffvae(self) -> None:
@@ -461,7 +468,7 @@ class _Resolver:
                 chain.append(Step(backend.value, f"auto ({why_first}): {NA_GOOD[backend]}"))
                 self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in order if b in NA_RULE])
                 return
-            self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].remedy)
+            self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].fix(self.f))
             return
         order = list(NA_FALLBACK_ORDER)
         chain, fired = [], []
@@ -477,7 +484,7 @@ class _Resolver:
             else:
                 first = RULES[fired[0]]
                 self.put(key, backend, Status.FALLBACK, chain, fired,
-                         f"{req} cannot run, fell back to {backend}: " + first.message(f), first.remedy)
+                         f"{req} cannot run, fell back to {backend}: " + first.message(f), first.fix(f))
             return
 
     def _natten_kernel(self) -> None:
@@ -490,7 +497,7 @@ class _Resolver:
             if check is not None and asked and not check.available:
                 self.put(key, None, Status.ERROR, [Step(kernel.value, check.reason)],
                          ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
-                         RULES["natten.usable"].remedy)
+                         RULES["natten.usable"].fix(self.f))
                 return
             self.unused(key, f"the NA backend is {na}" if na else "the NA backend cannot run (see diffvae.na_backend)")
             return
@@ -504,7 +511,7 @@ class _Resolver:
                                         else "") + f"runs {self.f.dtype} head_dim {self.f.head_dim} here"))
             if k is NattenKernel.FLEX and not RULES["natten.flex-slow"].holds(self.f):
                 rule = RULES["natten.flex-slow"]
-                self.put(key, k, Status.WARNING, chain, ["natten.flex-slow"], rule.message(self.f), rule.remedy)
+                self.put(key, k, Status.WARNING, chain, ["natten.flex-slow"], rule.message(self.f), rule.fix(self.f))
             else:
                 self.put(key, k, Status.OK, chain, ["natten.usable"])
             return
@@ -618,7 +625,7 @@ class _Resolver:
                 plain = NO_GRAPH_MODE[c.mode] if key == "compile.mode" else False
                 self.put(key, plain, Status.FALLBACK, [Step(_plain(value), "CUDA graphs"),
                                                        Step(_plain(plain), rule.message(f))],
-                         [rule.id], rule.message(f), rule.remedy)
+                         [rule.id], rule.message(f), rule.fix(f))
             elif not RULES["compile.cuda-graphs-single-gpu"].holds(f):
                 self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(value)} (CUDA graphs)")
             else:

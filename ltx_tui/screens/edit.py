@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import on
@@ -54,6 +54,13 @@ class ChoiceScreen(ModalScreen[Any]):
         values.highlighted = choice_values(self.spec).index(self.current)
         values.focus()
 
+    def set_marks(self, marks: dict[str, tuple[Status, str]]) -> None:
+        """Fill in what each value resolves to (the capability probe may finish while this is open)."""
+        self.marks = marks
+        values = self.query_one("#values", OptionList)
+        for v in choice_values(self.spec):
+            values.replace_option_prompt(v, value_prompt(v, marks.get(v)))
+
     @on(OptionList.OptionSelected, "#values")
     def _picked(self, event: OptionList.OptionSelected) -> None:
         value = event.option_id
@@ -72,18 +79,12 @@ def parse_value(spec: OptionSpec, text: str) -> Any:
             return None
         if not all(t.isdigit() for t in items):
             raise ValueError(f"expected {spec.allowed()}")
-        devices = tuple(int(t) for t in items)
-        if len(set(devices)) != len(devices):
-            raise ValueError("each GPU may appear once")
-        return devices
+        return spec.convert([int(t) for t in items])
     try:
         value = int(text) if spec.kind is Kind.INT else float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not {spec.allowed()}") from None
-    low = spec.minimum is not None and (value <= spec.minimum if spec.exclusive_minimum else value < spec.minimum)
-    if low or (spec.maximum is not None and value > spec.maximum) or value != value:
-        raise ValueError(f"{text} is out of range: expected {spec.allowed()}")
-    return value
+    return spec.convert(value)
 
 
 class ValueScreen(ModalScreen[Any]):
@@ -91,9 +92,10 @@ class ValueScreen(ModalScreen[Any]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, spec: OptionSpec, current: Any) -> None:
+    def __init__(self, spec: OptionSpec, current: Any, check: Callable[[Any], object] | None = None) -> None:
+        """`check(value)` raises ValueError when the value breaks the profile's invariants."""
         super().__init__()
-        self.spec, self.current = spec, current
+        self.spec, self.current, self.check = spec, current, check
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -110,6 +112,8 @@ class ValueScreen(ModalScreen[Any]):
     def _submitted(self, event: Input.Submitted) -> None:
         try:
             value = parse_value(self.spec, event.value)
+            if self.check is not None:
+                self.check(value)
         except ValueError as e:
             self.query_one("#value-error", Static).update(Text(f"not applied: {e}", style="red"))
             return

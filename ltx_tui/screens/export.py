@@ -1,28 +1,36 @@
-"""Export: path prompt, overwrite confirmation, atomic write, then the LTX-2 flags."""
+"""Export: path prompt, overwrite confirmation, atomic write, then the LTX-2 command line.
+
+The command line stays in one piece: a read-only, non-wrapping text area that scrolls
+sideways (a wrapped line pasted into a shell is broken); `ctrl+y` copies it (OSC 52: works
+over SSH in terminals that allow it). Messages show in the dialog, never as a toast over it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static, TextArea
 
-from backends.machine.capability import Capability
-from backends.ltx_args import ltx_args
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.config.profile import save
+from backends.ltx_args import ltx_args
+from backends.machine.capability import Capability
 from ltx_tui.screens.confirm import ConfirmScreen
+
+WAITING = "# the LTX-2 command line appears here once the capability probe has finished"
 
 
 class ExportScreen(ModalScreen[Path | None]):
     """Dismisses with the written path, or None if nothing was written."""
 
-    BINDINGS = [Binding("escape", "close", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("ctrl+y", "copy", "Copy the LTX-2 command line")]
 
     def __init__(self, profile: Profile, capability: Capability | None, default_path: str) -> None:
         super().__init__()
@@ -37,23 +45,28 @@ class ExportScreen(ModalScreen[Path | None]):
             yield Static("", id="export-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save (enter)", variant="primary", id="save")
+                yield Button("Copy flags (ctrl+y)", id="copy")
                 yield Button("Close (esc)", id="close")
-            with VerticalScroll(id="ltx-args-scroll"):
-                yield Static("", id="ltx-args")
+            yield TextArea(self._command(self.default_path), read_only=True, soft_wrap=False, id="ltx-args")
+
+    def _command(self, label: str) -> str:
+        return ltx_args(self.plan, label) if self.plan is not None else WAITING
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).focus()
+
+    def _say(self, message: str, style: str) -> None:
+        self.query_one("#export-error", Static).update(Text(message, style=style))
 
     @on(Input.Submitted, "#path")
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
         path = Path(self.query_one("#path", Input).value.strip()).expanduser()
-        error = self.query_one("#export-error", Static)
         if not path.name:
-            error.update("[red]give a file name[/]")
+            self._say("give a file name", "red")
             return
         if path.is_dir():
-            error.update(f"[red]{path} is a directory; add a file name such as ltx-profile.toml[/]")
+            self._say(f"{path} is a directory; add a file name such as ltx-profile.toml", "red")
             return
         if path.exists():
             def answered(yes: bool | None) -> None:
@@ -64,18 +77,20 @@ class ExportScreen(ModalScreen[Path | None]):
             self._write(path, overwrite=False)
 
     def _write(self, path: Path, overwrite: bool) -> None:
-        error = self.query_one("#export-error", Static)
         try:
             save(self.profile, path, capability=self.capability, overwrite=overwrite)
         except OSError as e:
-            error.update(f"[red]not written: {e}[/]")
+            self._say(f"not written: {e}", "red")
             return
         self.written = path
-        error.update(f"[green]wrote {path}[/]")
-        self.query_one("#ltx-args", Static).update(ltx_args(self.plan, str(path)) if self.plan else
-                                                   "(the LTX-2 flags appear once the capability probe has finished)")
-        self.app.notify(f"Profile written to {path}", title="Exported")
+        self._say(f"wrote {path}; ctrl+y copies the LTX-2 command line below", "green")
+        self.query_one("#ltx-args", TextArea).load_text(self._command(str(path)))
         self.query_one("#close", Button).focus()
+
+    @on(Button.Pressed, "#copy")
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.query_one("#ltx-args", TextArea).text)
+        self._say("copied the LTX-2 command line (OSC 52: the terminal must allow clipboard writes)", "green")
 
     @on(Button.Pressed, "#close")
     def action_close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -30,5 +31,5 @@ class HelpScreen(ModalScreen[None]):
             table = DataTable(show_cursor=False)
             table.add_columns("key", "action")
             for key, description in self.bindings + EXTRA_KEYS:
-                table.add_row(key, description)
+                table.add_row(Text(key), Text(description))
             yield table

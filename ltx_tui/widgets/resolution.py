@@ -38,12 +38,23 @@ def detail_text(d: Decision) -> Text:
 class ResolutionView(Vertical):
     BORDER_TITLE = "Resolution"
 
+    STATUS_WIDTH, OPTION_WIDTH = 8, 30
+
     def compose(self) -> ComposeResult:
         yield Static("waiting for the capability probe…", id="summary")
         table = DataTable(id="resolution-table", cursor_type="row", zebra_stripes=True)
-        table.add_columns("status", "option", "requested → effective", "why")
+        table.add_column("status", width=self.STATUS_WIDTH, key="status")
+        table.add_column("option: requested → effective", width=self.OPTION_WIDTH, key="option")
+        table.add_column("why", key="why")
         yield table
         yield Static("", id="detail")
+
+    def waiting(self, message: str) -> None:
+        self.query_one("#summary", Static).update(Text(message, style="yellow"))
+
+    def _why_width(self) -> int:
+        """What is left of the table's width for the reason (two lines of it per row)."""
+        return max(20, self.query_one(DataTable).size.width - self.STATUS_WIDTH - self.OPTION_WIDTH - 8)
 
     def on_mount(self) -> None:
         self._decisions: dict[str, Decision] = {}
@@ -62,9 +73,12 @@ class ResolutionView(Vertical):
         table.clear()
         self._decisions = {d.option: d for d in decisions}
         decisions = sorted(decisions, key=lambda d: SEVERITY[d.status])  # problems first, then vocabulary order
+        table.columns["why"].width = self._why_width()
+        table.columns["why"].auto_width = False
         for d in decisions:
-            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), d.option,
-                          f"{show_value(d.requested)} → {show_value(d.effective)}", reason(d), key=d.option)
+            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]),
+                          Text(f"{d.option}\n {show_value(d.requested)} → {show_value(d.effective)}"),
+                          Text(reason(d)), key=d.option, height=2)
         if decisions:
             table.move_cursor(row=min(row, len(decisions) - 1))
             self.query_one("#detail", Static).update(detail_text(decisions[table.cursor_row]))

@@ -30,7 +30,7 @@ class SmokePanel(Vertical):
         table = self.query_one(DataTable)
         table.clear()
         for i, spec in enumerate(specs):
-            table.add_row(spec.name, Text("queued", style=STYLE["queued"]), "", "", "", key=str(i))
+            table.add_row(Text(spec.name), Text("queued", style=STYLE["queued"]), "", "", "", key=str(i))
         bar = self.query_one(ProgressBar)
         bar.update(total=max(len(specs), 1), progress=0)
         self.note = note
@@ -46,7 +46,7 @@ class SmokePanel(Vertical):
         table = self.query_one(DataTable)
         err = "-" if row.max_error is None else f"{row.max_error:.2e}"
         for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")), f"{row.seconds:.2f}",
-                                            err, row.message)):
+                                            err, Text(row.message))):
             table.update_cell(str(index), col, value, update_width=True)
         self.query_one(ProgressBar).advance(1)
 
