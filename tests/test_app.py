@@ -103,7 +103,7 @@ async def test_invalid_number_is_not_applied():
         await pilot.press("backspace", "4", "enter")
         await pilot.pause()
         assert app.profile.offload.gpu_slots == 4
-        assert "offload.gpu_slots             4" in entry(app, "offload.gpu_slots")
+        assert "offload.gpu_slots               4" in entry(app, "offload.gpu_slots")
         await edit(pilot, "parallel.devices")
         await pilot.press("1", ",", "1", "enter")
         await pilot.pause()
@@ -281,7 +281,7 @@ async def test_profile_is_loaded_into_the_list():
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         assert "max-autotune-no-cudagraphs" in entry(app, "compile.mode")
-        assert "memory.max_batch_size         4" in entry(app, "memory.max_batch_size")
+        assert "memory.max_batch_size           4" in entry(app, "memory.max_batch_size")
         assert app.dirty is False
 
 

@@ -195,7 +195,7 @@ def _natten_why(f: Facts) -> str:
 NA_FALLBACK_ORDER = (NABackend.NATTEN, NABackend.TRITON, NABackend.EAGER_SDPA)  # LTX-2's own order
 NA_RULE = {NABackend.NATTEN: "natten.usable", NABackend.TRITON: "triton.na"}
 NA_GOOD = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fused Triton NA kernel",
-           NABackend.EAGER_SDPA: "tiled eager SDPA runs on any device (slowest)"}
+           NABackend.EAGER_SDPA: "tiled eager SDPA, runs on any device"}
 
 
 def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:

@@ -27,6 +27,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 assert sorted(k for _, keys in GROUPS for k in keys) == sorted(o.key for o in OPTIONS)
 
+KEY_WIDTH = max(len(o.key) for o in OPTIONS) + 2
 STATUS_STYLE = {Status.OK: "green", Status.FALLBACK: "yellow", Status.WARNING: "yellow", Status.ERROR: "red"}
 MARK = {Status.OK: "", Status.FALLBACK: "↓", Status.WARNING: "!", Status.ERROR: "✗"}
 
@@ -42,7 +43,7 @@ def typed_choice(spec: OptionSpec, value: str) -> Any:
 
 
 def row_text(spec: OptionSpec, value: Any, decision: Decision | None) -> Text:
-    text = Text(f"{spec.key:<30}", style="bold")
+    text = Text(f"{spec.key:<{KEY_WIDTH}}", style="bold")
     text.append(show_value(value))
     if decision is not None:
         effective = show_value(decision.effective) if decision.effective is not None else (

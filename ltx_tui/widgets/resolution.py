@@ -54,10 +54,16 @@ class ResolutionView(Vertical):
 
     def _why_width(self) -> int:
         """What is left of the table's width for the reason (two lines of it per row)."""
-        return max(20, self.query_one(DataTable).size.width - self.STATUS_WIDTH - self.OPTION_WIDTH - 8)
+        width = self.query_one(DataTable).size.width or self.size.width
+        return max(20, width - self.STATUS_WIDTH - self.OPTION_WIDTH - 8)
 
     def on_mount(self) -> None:
         self._decisions: dict[str, Decision] = {}
+
+    def on_resize(self) -> None:
+        """The reason column takes the width left over: rebuild the rows when that changes."""
+        if self._decisions and self.query_one(DataTable).columns["why"].width != self._why_width():
+            self.show(list(self._decisions.values()))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         d = self._decisions.get(event.row_key.value) if event.row_key else None
