@@ -84,11 +84,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def worker_command(spec: CheckSpec) -> list[str]:
+    """The command line of the worker that runs `spec`."""
+    return [sys.executable, "-m", "backends.smoke", json.dumps(asdict(spec))]
+
+
 def run_check(spec: CheckSpec, timeout: float = DEFAULT_TIMEOUT, cancel: threading.Event | None = None) -> CheckResult:
     """Run one check in a subprocess group; never raises, never waits past `timeout` (+ the kill)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "backends.smoke", json.dumps(asdict(spec))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(worker_command(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     out: list[str] = []
     err: list[str] = []
     readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)

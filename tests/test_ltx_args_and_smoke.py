@@ -130,3 +130,51 @@ def test_cli_smoke_on_this_machine(capsys, tmp_path):
     assert all(r["status"] == "pass" for r in doc["smoke"])
     assert code == 1  # parallel.gpus: no GPU here
     assert probe().cuda is False
+
+
+def _forking_worker(spec):
+    """A worker that forks a child which keeps the output pipes open and sleeps."""
+    import sys
+
+    code = ("import os, sys, time\n"
+            "if os.fork() == 0:\n    time.sleep(100)\n"
+            "time.sleep(100)\n")
+    return [sys.executable, "-c", code]
+
+
+def test_timeout_holds_when_the_worker_has_children(monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr("backends.smoke.worker_command", _forking_worker)
+    spec = CheckSpec("forks", "na_backend", "cpu", {})
+    t0 = time.monotonic()
+    result = run_check(spec, timeout=1)
+    wall = time.monotonic() - t0
+    print(f"timeout 1 s with a forked child: returned after {wall:.2f} s")
+    assert result.status == "timeout" and wall < 3.0
+    # the whole process group is gone: no sleeping child is left behind
+    time.sleep(0.2)
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and "time.sleep(100)" in
+                 open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")]
+    assert leftovers == []
+
+
+def test_cancel_kills_the_group_too(monkeypatch):
+    import time
+
+    monkeypatch.setattr("backends.smoke.worker_command", _forking_worker)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    t0 = time.monotonic()
+    result = run_check(CheckSpec("forks", "na_backend", "cpu", {}), timeout=60, cancel=cancel)
+    assert result.status == "cancelled" and time.monotonic() - t0 < 3.0
+
+
+def test_smoke_for_another_capability_is_planned_for_this_machine(capsys):
+    code = main(["--check", "--json", "--smoke", "--capability", "h100", "--timeout", "300"])
+    doc = json.loads(capsys.readouterr().out)
+    here = resolve(Profile(), probe())
+    assert [r["name"] for r in doc["smoke"]] == [s.name for s in plan_checks(here)]
+    assert doc["smoke_machine"] == "this machine, not h100"
+    assert "na3d triton" not in [r["name"] for r in doc["smoke"]] or probe().cuda

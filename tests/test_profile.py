@@ -1,5 +1,4 @@
 import os
-import os
 import pathlib
 
 import pytest
@@ -176,3 +175,17 @@ def test_roundtrip_every_valid_profile(tmp_path, p):
     prof.save(p, path, overwrite=True)
     assert prof.load(path) == p
     assert prof.parse(prof.to_data(p))[0] == p
+
+
+def test_replace_checks_values_and_invariants():
+    from backends.config.options import InvalidValue
+
+    with pytest.raises(InvalidValue, match="parallel.gpus = 1"):
+        Profile().replace(**{"parallel.devices": (0, 1)})
+    assert Profile().replace(**{"parallel.gpus": 2, "parallel.devices": (0, 1)}).parallel.devices == (0, 1)
+    with pytest.raises(InvalidValue, match="out of range"):
+        Profile().replace(**{"offload.gpu_slots": 0})
+    with pytest.raises(InvalidValue, match="did you mean 'fp8-cast'"):
+        Profile().replace(**{"transformer.quantization": "fp8"})
+    with pytest.raises(InvalidValue, match="unknown option"):
+        Profile().replace(**{"compile.nope": 1})

@@ -272,3 +272,34 @@ def test_unused_options_have_no_effective_value():
     d = by_option(P(), preset("h100"))
     assert d["compile.mode"].effective is None and d["compile.mode"].status is Status.OK
     assert d["offload.gpu_slots"].effective is None
+
+
+@pytest.mark.parametrize("cap_id", ["h100", "a100", "b200", "cpu"])
+@pytest.mark.parametrize("mode", ["chunked_eager", "chunked_compile", "combined_compile"])
+@pytest.mark.parametrize("na", ["auto", "natten", "triton", "eager_sdpa"])
+def test_effective_na_backend_is_always_concrete(cap_id, mode, na):
+    """The runtime installs exactly the plan's effective value: never `auto` (which once fell
+    through to the brute-force reference kernel)."""
+    plan = resolve(P(diffvae__mode=mode, diffvae__na_backend=na), preset(cap_id))
+    d = plan["diffvae.na_backend"]
+    assert d.effective in ("natten", "triton", "eager_sdpa") or d.status is Status.ERROR
+    step = plan.step("na_backend")
+    if d.effective is not None:
+        assert step.args["backend"].split(":")[0] == d.effective
+
+
+def test_registry_auto_is_the_plans_auto():
+    import torch
+
+    from backends.machine.capability import probe
+    from backends.runtime.attention import choose_backend
+
+    cap = probe()
+    q = torch.zeros(1, 3, 3, 3, 1, 64)
+    assert choose_backend(q, "auto", cap) == resolve(P(), cap)["diffvae.na_backend"].effective
+
+
+def test_gpu_less_default_profile_does_not_say_lower_gpus():
+    d = by_option(P(), preset("cpu"))["parallel.gpus"]
+    assert d.status is Status.ERROR and "lower" not in d.remedy and "NVIDIA GPU" in d.remedy
+    assert "lower parallel.gpus" in by_option(P(parallel__gpus=4), preset("h100x2"))["parallel.gpus"].remedy

@@ -75,6 +75,43 @@ def apply_decoder_layout(decoder: nn.Module, mode: str) -> None:
     apply = importlib.import_module("ltx_core.model.video_vae.transformer.apply")
     with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
         apply.apply_diffvae_config(decoder, decoder_recipe(mode))
+    if mode == "chunked_compile":
+        compile_chunked_slabs()
+        for module in decoder.diff_blocks.modules():
+            if hasattr(module, "kernel_size") and hasattr(module, "attention_function"):
+                module.ltx_tui_compiled_slabs = True
+
+
+def compile_chunked_slabs() -> None:
+    """Compile the body of LTX-2's W-chunked attention residual for the NA modules marked
+    `ltx_tui_compiled_slabs` (those of chunked_compile decoders; others run it as LTX-2 does).
+
+    In the chunked layouts LTX-2 runs the attention half of each diffusion block as one opaque
+    custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs in eager mode, so its
+    chunked_compile compiles only the MLP half. The per-slab body (RMSNorm, modulation, QKV,
+    RoPE, NA, projection: ltx-core's `_attn_on_chunk_impl`) has fixed shapes per decode; compiled,
+    its elementwise work fuses and ltx-tui's NA op sits inside the graph. The slab loop, its
+    halos and the in-place residual stay LTX-2's.
+    """
+    import functools
+
+    import torch
+
+    chunked = importlib.import_module("ltx_core.model.video_vae.transformer.chunked.attn")
+    original = chunked._attn_on_chunk_impl
+    if getattr(original, "ltx_tui_compiled", False):
+        return
+    compiled = torch.compile(original)
+
+    @functools.wraps(original)
+    def slab(attention_function, attn, *args):
+        if not getattr(attn, "ltx_tui_compiled_slabs", False):
+            return original(attention_function, attn, *args)
+        with torch._dynamo.config.patch(recompile_limit=256):  # a graph per NA module is fine
+            return compiled(attention_function, attn, *args)
+
+    slab.ltx_tui_compiled = True
+    chunked._attn_on_chunk_impl = slab
 
 
 # --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
