@@ -189,6 +189,7 @@ def _prepare_na(step: Step, model, plan, device, include) -> Apply:
     function = NAFunction(backend)
 
     def apply(model, report):
+        model.register_forward_pre_hook(_inference_only)  # before any compiled region can trip on grad
         for name in names:
             module = model.get_submodule(name)
             module.attention_function = function
@@ -200,6 +201,14 @@ def _prepare_na(step: Step, model, plan, device, include) -> Apply:
         report.add("diffvae.natten_kernel", "installed" if kernel else "unused",
                    kernel or plan["diffvae.natten_kernel"].chain[-1].reason)
     return apply
+
+
+def _inference_only(model: nn.Module, args) -> None:
+    """The NA backends are forward-only: refuse a forward that would record gradients, clearly and
+    before any compiled region (where it would fail inside a custom op with no autograd)."""
+    if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
+        raise RuntimeError("ltx-tui's NA backends run inference only: run the forward under torch.inference_mode() "
+                           "or torch.no_grad()")
 
 
 def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
