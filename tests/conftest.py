@@ -2,6 +2,7 @@ import os
 import pathlib
 import sys
 
+import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -10,3 +11,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 # are defined, so it must be set before kernels.na3d_triton is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def ltx2_core():
+    """LTX-2 v1.2.0's ltx_core package; skips with how to get it (LTX2_CORE_SRC) when missing."""
+    from backends.runtime import ltx2
+
+    module, why = ltx2.import_ltx_core()
+    if module is None:
+        pytest.skip(why)
+    return module

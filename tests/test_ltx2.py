@@ -18,15 +18,7 @@ from backends.machine.capability import probe
 from backends.runtime import ltx2
 from backends.runtime.apply import apply_profile
 
-pytestmark = pytest.mark.ltx2
-
-
-@pytest.fixture(scope="module", autouse=True)
-def core():
-    module, why = ltx2.import_ltx_core()
-    if module is None:
-        pytest.skip(why)
-    return module
+pytestmark = [pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core")]
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,8 @@ from backends.config.options import Profile
 from backends.runtime import ltx2
 from backends.runtime.apply import apply_profile
 
-pytestmark = [pytest.mark.gpu, pytest.mark.ltx2,
+pytestmark = [pytest.mark.gpu, pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core"),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def core():
-    module, why = ltx2.import_ltx_core()
-    if module is None:
-        pytest.skip(why)
-    return module
 
 
 def P(**kw):
