@@ -102,7 +102,7 @@ def offload(depth: int) -> list[str]:
     del resident
     torch.cuda.empty_cache()
     streamed = stack(depth)
-    streamer = BlockStreamer(streamed.blocks, "cuda", gpu_slots=2, prefetch=2)
+    streamer = BlockStreamer(streamed.transformer_blocks, "cuda", gpu_slots=2, prefetch=2)
     # Host -> device copy of every streamed block from pinned memory, back to back on one stream.
     dst = torch.empty(streamer.slot_bytes, dtype=torch.uint8, device="cuda")
 
