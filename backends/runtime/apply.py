@@ -62,10 +62,6 @@ class ApplyReport:
     warnings: list[str] = field(default_factory=list)
     streamer: BlockStreamer | None = None
 
-    @property
-    def decisions(self):
-        return self.plan.decisions
-
     def add(self, option: str, action: str, detail: str, modules=()) -> None:
         self.changes.append(Change(option, action, detail, tuple(modules)))
 
@@ -378,12 +374,10 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
         raise ProfileNotRunnable("the profile cannot run here:\n" + "\n".join(
             f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking))
     steps = {s.kind: s for s in plan.steps}
-    if "offload" not in steps:
-        steps["offload"] = None  # placement on the device still happens there
     prepared = []
     for kind in PREPARE:
         step = steps.get(kind)
-        if kind == "offload" and step is None:
+        if kind == "offload" and step is None:  # no streaming: the model is placed on the device there
             prepared.append(_place(device))
         elif step is not None:
             prepared.append(PREPARE[kind](step, model, plan, device, include))
