@@ -225,13 +225,13 @@ class _Probe:
             self.label = "ltx-tui dense blocks (LTX-2's DiT protocol; ltx-core not importable)"
         self.model = self.model.to(self.dtype).eval()
 
-    def run(self, model):
+    def run(self, model, *, grad: bool = False):
+        """One forward, under inference_mode (or recording gradients, to see it refused)."""
         import torch
 
-        gen = torch.Generator(device=self.device).manual_seed(1)
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             if self.real and len(self.args) == 1:  # the decoder draws its own noise
-                return model(*(a.to(self.device) for a in self.args), generator=gen)
+                return model(*self.args, generator=torch.Generator(device=self.device).manual_seed(1))
             return model(*self.args)
 
 
@@ -264,7 +264,7 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
         for m in reference.modules():
             if hasattr(m, "kernel_size") and hasattr(m, "attention_function"):
                 m.attention_function = NAFunction(ref_na)
-    if kind == "dense_attention":
+    if kind == "dense_attention" and not probe_model.real:  # LTX-2's modules keep LTX-2's own attention
         from backends.runtime.dense_attention import DenseFunction
 
         for m in reference.modules():
@@ -297,15 +297,10 @@ def _only(plan, steps):
 
 
 def _refuses_grad(model, probe_model) -> None:
-    import torch
-
+    for p in model.parameters():
+        p.requires_grad_(True)
     try:
-        with torch.enable_grad():
-            for p in model.parameters():
-                p.requires_grad_(True)
-            args = probe_model.args
-            model(*args, generator=torch.Generator(device=probe_model.device).manual_seed(1)) if probe_model.real \
-                and len(args) == 1 else model(*args)
+        probe_model.run(model, grad=True)
     except RuntimeError as e:
         if "inference only" in str(e):
             return

@@ -164,22 +164,6 @@ def _load(profile_path: str | None, capability: str | None, usage_error) -> tupl
     return profile, warnings, cap, cap_warnings
 
 
-def _write_atomically(path: str, text: str) -> None:
-    import tempfile
-    from pathlib import Path
-
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def explain_option(key: str, *, profile_path: str | None, capability: str | None,
                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """`ltx-tui --explain KEY`: exit 0, or 2 for an unknown key / unreadable input."""
@@ -231,7 +215,9 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             print(w, file=stderr)
         if output:
             try:
-                _write_atomically(output, ltx_args(plan, label))
+                from pathlib import Path
+
+                profmod.write_atomically(Path(output), ltx_args(plan, label).encode("utf-8"), overwrite=True)
             except OSError as e:
                 return usage_error("output", f"{output}: cannot write ({e.strerror or e})")
             print(f"ltx-tui: wrote the LTX-2 command line to {output}", file=stderr)

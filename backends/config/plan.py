@@ -148,7 +148,8 @@ def resolve(profile: Profile, capability: Capability) -> Plan:
 
 
 def explain(key: str, plan: Plan) -> str:
-    """`ltx-tui --explain KEY`: values, rules with their verdict here, the runtime step, the flag."""
+    """`ltx-tui --explain KEY`: values, rules with their verdict here, what the runtime does with
+    the option in general and with this plan, the LTX-2 flag."""
     from backends.config.rules import RULES, Facts
 
     spec = OPTIONS_BY_KEY[key]
@@ -164,6 +165,7 @@ def explain(key: str, plan: Plan) -> str:
         rule = RULES[rule_id]
         verdict = "holds" if rule.holds(facts) else "fires"
         lines.append(f"    {rule_id:<34} {verdict:<6} {rule.message(facts) if verdict == 'fires' else ''}".rstrip())
+    lines.append(f"  does:     {spec.runtime}")
     lines.append(f"  runtime:  {plan.runtime_text(key)}")
     lines.append(f"  LTX-2:    {spec.flag or 'no ltx-pipelines flag'}")
     return "\n".join(lines) + "\n"

@@ -206,6 +206,30 @@ def generated_for(capability: Any = None, now: datetime.datetime | None = None) 
     )
 
 
+def write_atomically(path: Path, data: bytes, *, overwrite: bool) -> None:
+    """Write `data` to `path`: a complete file or none (a temporary file, fsync, then rename).
+    Without `overwrite` an existing file is never replaced, even one that appears meanwhile."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # fails if path appeared meanwhile: never a silent overwrite
+            except FileExistsError:
+                raise ProfileExistsError(f"{path}: already exists; pass overwrite=True to replace it") from None
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, overwrite: bool = False,
          now: datetime.datetime | None = None) -> Path:
     """Write `profile` atomically: a complete file or none. Refuses to replace a file unless `overwrite`."""
@@ -217,23 +241,5 @@ def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, o
     if not overwrite and p.exists():
         raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it")
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        if overwrite:
-            os.replace(tmp, p)
-        else:
-            try:
-                os.link(tmp, p)  # fails if p appeared meanwhile: never a silent overwrite
-            except FileExistsError:
-                raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it") from None
-            os.unlink(tmp)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(p, body, overwrite=overwrite)
     return p
