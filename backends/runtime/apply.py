@@ -31,7 +31,7 @@ from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, t
 from backends.config.plan import PIPELINE, Plan, Step, resolve
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
-from backends.runtime.attention import DTYPE_NAMES, NAFunction
+from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
@@ -203,8 +203,7 @@ def _inference_only(model: nn.Module, args) -> None:
     """The NA backends are forward-only: refuse a forward that would record gradients, clearly and
     before any compiled region (where it would fail inside a custom op with no autograd)."""
     if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
-        raise RuntimeError("ltx-tui's NA backends run inference only: run the forward under torch.inference_mode() "
-                           "or torch.no_grad()")
+        raise RuntimeError(INFERENCE_ONLY)
 
 
 def _prepare_dense(step: Step, model, plan, device, include) -> Apply:

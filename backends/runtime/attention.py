@@ -36,6 +36,10 @@ BACKENDS = ("auto", *RUNTIME_BACKENDS, "reference")
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
+INFERENCE_ONLY = ("ltx-tui's NA backends run inference only: run the forward under torch.inference_mode() "
+                  "or torch.no_grad()")
+
+
 class BackendUnavailable(RuntimeError):
     """The requested backend cannot run these tensors here; the message says why."""
 
@@ -175,8 +179,7 @@ class NAFunction:
 
     def __call__(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise RuntimeError(f"ltx-tui's NA backend {self.backend} runs inference only: run the forward under "
-                               "torch.inference_mode() or torch.no_grad()")
+            raise RuntimeError(f"{self.backend}: {INFERENCE_ONLY}")
         if q.dtype != v.dtype or k.dtype != v.dtype:  # RMSNorm under autocast can leave q/k in fp32
             q, k = q.to(v.dtype), k.to(v.dtype)
         run = self._run or implementation(choose_backend(q, self.backend))
