@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import statistics
 import sys
@@ -27,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.config.options import Profile  # noqa: E402
+from backends.runtime import apply as runtime_apply  # noqa: E402
 from backends.runtime import ltx2  # noqa: E402
 from backends.runtime.apply import apply_profile  # noqa: E402
 
@@ -36,6 +38,26 @@ PROFILES = {
     "ltx-tui chunked_compile triton": {"diffvae.mode": "chunked_compile", "diffvae.na_backend": "triton"},
     "ltx-tui combined_compile triton": {"diffvae.mode": "combined_compile", "diffvae.na_backend": "triton"},
 }
+
+# --ablation: what each part of ltx-tui's chunked_compile (runtime.ltx2.ChunkedCompile) is worth
+ABLATION = {
+    "chunked_compile: slabs only": ltx2.ChunkedCompile(det_stages=False, inject=False, static_shapes=False),
+    "chunked_compile: + det stages": ltx2.ChunkedCompile(inject=False, static_shapes=False),
+    "chunked_compile: + det, static": ltx2.ChunkedCompile(inject=False),
+}
+
+
+def ablated(recipe: ltx2.ChunkedCompile):
+    """Install chunked_compile through apply_profile with `recipe` in place of the default."""
+    def install(decoder):
+        layout = runtime_apply.apply_decoder_layout
+        runtime_apply.apply_decoder_layout = functools.partial(layout, chunked=recipe)
+        try:
+            apply_profile(decoder, Profile().replace(**PROFILES["ltx-tui chunked_compile triton"]), device="cuda")
+        finally:
+            runtime_apply.apply_decoder_layout = layout
+        return decoder
+    return install
 
 
 def ltx2_own(decoder, kind: str):
@@ -87,6 +109,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     parser.add_argument("--no-eager", action="store_true", help="skip LTX-2's eager SDPA row (slow)")
+    parser.add_argument("--ablation", action="store_true", help="also time chunked_compile with parts left out")
     parser.add_argument("--breakdown", action="store_true", help="print the top CUDA kernels of each variant")
     args = parser.parse_args()
     core, why = ltx2.import_ltx_core()
@@ -103,6 +126,8 @@ def main() -> None:
                 "LTX-2 combined, eager (TritonNaAttention)": lambda d: ltx2_own(d, "combined")}
     variants.update({name: (lambda values: lambda d: apply_profile(d, Profile().replace(**values), device="cuda") and d)(v)
                      for name, v in PROFILES.items()})
+    if args.ablation:
+        variants.update({name: ablated(recipe) for name, recipe in ABLATION.items()})
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     print(f"{'latent':<14} {'variant':<42} {'s':>7} {'peak GiB':>9} {'act GiB':>8} {'max diff':>9} "
           f"{'speed-up':>8} {'warm-up s':>9}")
@@ -122,7 +147,7 @@ def main() -> None:
             except torch.OutOfMemoryError:
                 print(f"{spec:<14} {name:<42} out of memory")
                 continue
-            if args.breakdown and name.startswith("ltx-tui"):
+            if args.breakdown and not name.startswith("LTX-2"):
                 from torch.profiler import ProfilerActivity, profile
 
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:

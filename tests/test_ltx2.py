@@ -180,3 +180,29 @@ def test_smoke_checks_run_ltx2s_real_modules(tmp_path, capsys):
     assert all(r["status"] == "pass" for r in rows.values()), rows
     assert "LTX-2 DiffusionVideoDecoder" in rows["na3d eager_sdpa"]["message"]
     assert "LTX-2 LTXModel" in rows["linear fp8-cast"]["message"]
+
+
+def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decoder, cap):
+    """ltx-tui's chunked_compile: the decode matches LTX-2's chunked layout, run eagerly; the slab
+    bodies, det stages and inject ran compiled; LTX-2's own decoder in the same process does not."""
+    from torch._dynamo.utils import counters
+
+    from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
+
+    latent = ltx2.decoder_latent(decoder, 2, 3, 4)
+    ours = copy.deepcopy(decoder)
+    report = apply_profile(ours, P(diffvae__mode="chunked_compile", diffvae__na_backend="eager_sdpa"), cap)
+    assert "blocks compiled" in report.change("diffvae.mode").detail
+    assert not ours.mark_dynamic_shapes
+    assert all(hasattr(b.forward, "_torchdynamo_orig_callable") for stage in ours.det_stages for b in stage)
+    assert all(b.context_proj.weight.ltx_tui_compiled for b in ours.diff_blocks)
+    counters.clear()
+    got = decode(ours, latent)
+    frames = counters["stats"]["calls_captured"]
+    graphs = set(counters["stats"]) and counters["stats"]["unique_graphs"]
+    assert graphs >= 3, dict(counters["stats"])  # at least slab body, det block, inject
+    theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
+    counters.clear()
+    want = decode(theirs, latent)
+    assert counters["stats"]["unique_graphs"] == 0, "LTX-2's own chunked_eager decoder was compiled"
+    assert (got - want).abs().max() < 1e-4 and frames

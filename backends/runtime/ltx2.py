@@ -58,60 +58,93 @@ def _quiet(logger_name: str):
         logger.disabled = disabled
 
 
-def decoder_recipe(mode: str) -> Any:
+@dataclasses.dataclass(frozen=True)
+class ChunkedCompile:
+    """What ltx-tui compiles in the chunked_compile layout beyond LTX-2's recipe (which compiles
+    only each diffusion block's attention+MLP call, and there only the MLP half really: the
+    attention half is an opaque op). Each part keeps LTX-2's in-place stage-5 buffers, so the
+    peak stays the chunked layout's.
+
+    slabs: the per-W-slab attention body (`_attn_on_chunk_impl`), with ltx-tui's NA op inside.
+    det_stages: the NA blocks of stages 1-4 (LTX-2's own `compile_det_stages`).
+    inject: the deferred stage-4 upsample + context projection of each W slab (its in-place add
+    into the stage-5 buffer stays eager).
+    static_shapes: no `mark_dynamic` on T/H/W: a decode has one shape, and static kernels are
+    faster; another shape recompiles.
+    """
+
+    slabs: bool = True
+    det_stages: bool = True
+    inject: bool = True
+    static_shapes: bool = True
+
+
+def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any:
     """LTX-2's install recipe for DiffVAE `mode`, with the NA left to the runtime."""
     from ltx_core.model.video_vae.transformer.config import DiffVAEMode, NAttentionKind
 
     recipe = DiffVAEMode(mode).resolve()
     if recipe.attention is NAttentionKind.BLACKWELL_DSL:
         return recipe
+    if mode == "chunked_compile":
+        recipe = dataclasses.replace(recipe, compile_det_stages=chunked.det_stages)
     # EAGER_SDPA keeps LTX-2 from remapping the recipe for a host without natten; the runtime's
     # NA step installs the NA the plan chose on every NeighborhoodAttention3D afterwards.
     return dataclasses.replace(recipe, attention=NAttentionKind.EAGER_SDPA, natten_backend=None)
 
 
-def apply_decoder_layout(decoder: nn.Module, mode: str) -> None:
-    """Lay out `decoder` (LTX-2's DiffusionVideoDecoder) for DiffVAE `mode`."""
+def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> None:
+    """Lay out `decoder` (LTX-2's DiffusionVideoDecoder) for DiffVAE `mode`; `chunked` says what
+    the chunked_compile layout compiles."""
     apply = importlib.import_module("ltx_core.model.video_vae.transformer.apply")
     with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
-        apply.apply_diffvae_config(decoder, decoder_recipe(mode))
-    if mode == "chunked_compile":
-        compile_chunked_slabs()
+        apply.apply_diffvae_config(decoder, decoder_recipe(mode, chunked))
+    if mode != "chunked_compile":
+        return
+    if chunked.static_shapes:
+        decoder.mark_dynamic_shapes = False
+    if chunked.slabs:
+        _compile_marked("chunked.attn", "_attn_on_chunk_impl", lambda fn, attn, *args: attn)
         for module in decoder.diff_blocks.modules():
             if hasattr(module, "kernel_size") and hasattr(module, "attention_function"):
-                module.ltx_tui_compiled_slabs = True
+                module.ltx_tui_compiled = True
+    if chunked.inject:
+        _compile_marked("chunked.context", "_upsample_then_ctx", lambda feat, up_w, up_b, ctx_w, *args: ctx_w)
+        for block in decoder.diff_blocks:
+            if hasattr(block, "context_proj"):
+                block.context_proj.weight.ltx_tui_compiled = True
 
 
-def compile_chunked_slabs() -> None:
-    """Compile the body of LTX-2's W-chunked attention residual for the NA modules marked
-    `ltx_tui_compiled_slabs` (those of chunked_compile decoders; others run it as LTX-2 does).
+def _compile_marked(module: str, name: str, owner) -> None:
+    """Replace LTX-2's function `name` of `...transformer.<module>` by one that runs it compiled
+    when `owner(*args)` (a module or parameter) is marked `ltx_tui_compiled`, else as LTX-2 does
+    (so LTX-2's own decoders in the same process keep their behaviour).
 
     In the chunked layouts LTX-2 runs the attention half of each diffusion block as one opaque
-    custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs in eager mode, so its
-    chunked_compile compiles only the MLP half. The per-slab body (RMSNorm, modulation, QKV,
-    RoPE, NA, projection: ltx-core's `_attn_on_chunk_impl`) has fixed shapes per decode; compiled,
-    its elementwise work fuses and ltx-tui's NA op sits inside the graph. The slab loop, its
-    halos and the in-place residual stay LTX-2's.
+    custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs eagerly, and injects the
+    deferred stage-4 context slab by slab outside any compiled region. The per-slab bodies have
+    fixed shapes per decode; compiled, their elementwise work fuses and ltx-tui's NA op sits
+    inside the graph. The loops, halos and in-place adds stay LTX-2's.
     """
     import functools
 
     import torch
 
-    chunked = importlib.import_module("ltx_core.model.video_vae.transformer.chunked.attn")
-    original = chunked._attn_on_chunk_impl
+    namespace = importlib.import_module(f"ltx_core.model.video_vae.transformer.{module}")
+    original = getattr(namespace, name)
     if getattr(original, "ltx_tui_compiled", False):
         return
     compiled = torch.compile(original)
 
     @functools.wraps(original)
-    def slab(attention_function, attn, *args):
-        if not getattr(attn, "ltx_tui_compiled_slabs", False):
-            return original(attention_function, attn, *args)
-        with torch._dynamo.config.patch(recompile_limit=256):  # a graph per NA module is fine
-            return compiled(attention_function, attn, *args)
+    def body(*args, **kwargs):
+        if not getattr(owner(*args), "ltx_tui_compiled", False):
+            return original(*args, **kwargs)
+        with torch._dynamo.config.patch(recompile_limit=256):  # a graph per module is fine
+            return compiled(*args, **kwargs)
 
-    slab.ltx_tui_compiled = True
-    chunked._attn_on_chunk_impl = slab
+    body.ltx_tui_compiled = True
+    setattr(namespace, name, body)
 
 
 # --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
