@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
 from backends.machine.capability import Capability
+from backends.machine.tuned import Tuned
 
 # The runtime's steps, in the order apply_profile takes them.
 STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "quantize", "offload", "compile")
@@ -46,6 +47,7 @@ class Plan:
     capability: Capability
     decisions: tuple[Decision, ...]
     steps: tuple[Step, ...]
+    tuned: Tuned | None = None
 
     def __iter__(self) -> Iterator[Decision]:
         return iter(self.decisions)
@@ -140,11 +142,12 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
     return sorted(steps, key=lambda s: STEP_ORDER.index(s.kind))
 
 
-def resolve(profile: Profile, capability: Capability) -> Plan:
-    """Resolve `profile` on `capability` into decisions and runtime steps."""
-    decisions = tuple(decide(profile, capability))
+def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None) -> Plan:
+    """Resolve `profile` on `capability` into decisions and runtime steps; `auto` values follow
+    `tuned` (what `ltx-tui --tune` measured on this machine: `machine.tuned.load_tuned`) when given."""
+    decisions = tuple(decide(profile, capability, tuned))
     by_key = {x.option: x for x in decisions}
-    return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)))
+    return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned)
 
 
 def explain(key: str, plan: Plan) -> str:

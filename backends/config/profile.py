@@ -8,7 +8,6 @@ import dataclasses
 import datetime
 import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import tomli_w
 
+from backends.machine import textfile
 from backends.machine.textfile import FileProblem, read_bounded
 
 from backends.config.options import (
@@ -207,27 +207,11 @@ def generated_for(capability: Any = None, now: datetime.datetime | None = None) 
 
 
 def write_atomically(path: Path, data: bytes, *, overwrite: bool) -> None:
-    """Write `data` to `path`: a complete file or none (a temporary file, fsync, then rename).
-    Without `overwrite` an existing file is never replaced, even one that appears meanwhile."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """`textfile.write_atomically`, with ProfileExistsError for a path that exists."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)  # fails if path appeared meanwhile: never a silent overwrite
-            except FileExistsError:
-                raise ProfileExistsError(f"{path}: already exists; pass overwrite=True to replace it") from None
-            os.unlink(tmp)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        textfile.write_atomically(path, data, overwrite=overwrite)
+    except FileExistsError:
+        raise ProfileExistsError(f"{path}: already exists; pass overwrite=True to replace it") from None
 
 
 def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, overwrite: bool = False,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from backends.machine.capability import GPU, Availability, Capability
+from backends.machine.tuned import Tuned
 from backends.config.options import (
     Attention,
     CompileBackend,
@@ -65,6 +66,7 @@ class Facts:
     profile: Profile = field(default_factory=Profile)
     dtype: str = "bf16"
     head_dim: int = 64
+    tuned: Tuned | None = None  # what `ltx-tui --tune` measured here: `auto` follows it
 
     @property
     def gpu(self) -> GPU | None:
@@ -175,9 +177,27 @@ def natten_kernels(cap: Capability, dtype: str = "bf16", head_dim: int = 64) -> 
 
 
 def _natten_candidates(f: Facts) -> tuple[NattenKernel, ...]:
-    """The NATTEN kernels the profile allows, in NATTEN's own order for `auto`."""
+    """The NATTEN kernels the profile allows; for `auto` the fastest measured here first, then
+    NATTEN's own order."""
     kernel = f.profile.diffvae.natten_kernel
-    return NATTEN_AUTO_ORDER if kernel is NattenKernel.AUTO else (kernel,)
+    if kernel is not NattenKernel.AUTO:
+        return (kernel,)
+    return _measured_first(f, "diffvae.na_backend", NATTEN_AUTO_ORDER, lambda k: f"natten:{k.value}")
+
+
+def _measured_first(f: Facts, option: str, order: tuple, value_of=lambda v: v.value) -> tuple:
+    """`order` with the values `--tune` measured for `option` here moved to the front, fastest
+    first (a value measured inaccurate or failing is not moved)."""
+    if f.tuned is None:
+        return tuple(order)
+    rank = {c.value: i for i, c in enumerate(f.tuned.ranked(option))}
+    return tuple(sorted(order, key=lambda v: rank.get(value_of(v), len(rank))))
+
+
+def _tuned_reason(f: Facts, option: str, value: str) -> str | None:
+    """Why `value` was picked, when it is the fastest of `option` measured here."""
+    ranked = f.tuned.ranked(option) if f.tuned else []
+    return f.tuned.why(option, value) if ranked and ranked[0].value == value else None
 
 
 def _natten_usable(f: Facts) -> bool:
@@ -199,7 +219,8 @@ NA_GOOD = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fu
 
 
 def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:
-    """The order `auto` tries NA backends in here, and why.
+    """The order `auto` tries NA backends in here, and why: the fastest measured here first when
+    `ltx-tui --tune` measured this machine (`Facts.tuned`), else this prior.
 
     On SM 9.0 ltx-tui's Triton kernel comes first: measured 4.4-5.2x faster than LTX-2's Triton
     fallback and ~4x faster than NATTEN hopper-fna's anchored times at the DiffVAE shapes
@@ -209,11 +230,18 @@ def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:
     1.1 s on this project's 2-core dev machine).
     """
     if f.cuda and f.sm == (9, 0):
-        return (NABackend.TRITON, NABackend.NATTEN, NABackend.EAGER_SDPA), \
-            "on SM 9.0 ltx-tui's Triton NA measured fastest"
-    if f.cuda:
-        return NA_FALLBACK_ORDER, "NATTEN's CUDA kernels first off SM 9.0"
-    return (NABackend.EAGER_SDPA, NABackend.NATTEN), "no CUDA device: tiled eager SDPA is fastest on the CPU"
+        order, why = (NABackend.TRITON, NABackend.NATTEN, NABackend.EAGER_SDPA), \
+            "prior: on SM 9.0 ltx-tui's Triton NA measured fastest"
+    elif f.cuda:
+        order, why = NA_FALLBACK_ORDER, "prior: NATTEN's CUDA kernels first off SM 9.0"
+    else:
+        order, why = (NABackend.EAGER_SDPA, NABackend.NATTEN), "no CUDA device: tiled eager SDPA is fastest on the CPU"
+    ranked = f.tuned.ranked("diffvae.na_backend") if f.tuned else []
+    if not ranked:
+        return order, why
+    family = [NABackend(c.value.split(":")[0]) for c in ranked]
+    order = tuple(dict.fromkeys(family + [b for b in order if b not in family]))
+    return order, f.tuned.why("diffvae.na_backend", ranked[0].value)
 
 
 def na_usable(backend: NABackend, f: Facts, *, for_auto: bool = False) -> Availability:
@@ -398,9 +426,9 @@ RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 # --- Resolution ---------------------------------------------------------------------------
 
 class _Resolver:
-    def __init__(self, profile: Profile, cap: Capability) -> None:
+    def __init__(self, profile: Profile, cap: Capability, tuned: Tuned | None) -> None:
         self.p = profile
-        self.f = Facts(cap, profile)
+        self.f = Facts(cap, profile, tuned=tuned)
         self.out: dict[str, Decision] = {}
 
     # helpers -----------------------------------------------------------------------------
@@ -507,8 +535,11 @@ class _Resolver:
             if not check.available:
                 chain.append(Step(k.value, check.reason))
                 continue
-            chain.append(Step(k.value, ("auto (blackwell > hopper > cutlass > flex): " if kernel is NattenKernel.AUTO
-                                        else "") + f"runs {self.f.dtype} head_dim {self.f.head_dim} here"))
+            prefix = ""
+            if kernel is NattenKernel.AUTO:
+                prefix = "auto (" + (_tuned_reason(self.f, "diffvae.na_backend", f"natten:{k.value}")
+                                     or "blackwell > hopper > cutlass > flex") + "): "
+            chain.append(Step(k.value, prefix + f"runs {self.f.dtype} head_dim {self.f.head_dim} here"))
             if k is NattenKernel.FLEX and not RULES["natten.flex-slow"].holds(self.f):
                 rule = RULES["natten.flex-slow"]
                 self.put(key, k, Status.WARNING, chain, ["natten.flex-slow"], rule.message(self.f), rule.fix(self.f))
@@ -548,12 +579,13 @@ class _Resolver:
             elif not self.f.cuda and self.f.cap.platform == "darwin":
                 order = [Attention.MPS_SDPA] + order
             chain = []
-            for cand in order:
+            for cand in _measured_first(self.f, key, tuple(order)):
                 rule = rule_of.get(cand)
                 if rule and not RULES[rule].holds(self.f):
                     chain.append(Step(cand.value, RULES[rule].message(self.f)))
                     continue
-                chain.append(Step(cand.value, "automatic: best available for " + self.f.sm_text))
+                chain.append(Step(cand.value, "automatic: " + (_tuned_reason(self.f, key, cand.value)
+                                                              or "best available for " + self.f.sm_text)))
                 self.put(key, cand, Status.OK, chain, [rule] if rule else [])
                 return
         elif a in rule_of:
@@ -706,9 +738,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def decide(profile: Profile, capability: Capability) -> list[Decision]:
+def decide(profile: Profile, capability: Capability, tuned: Tuned | None = None) -> list[Decision]:
     """One decision per option of the vocabulary, in vocabulary order (see plan.resolve)."""
-    return _Resolver(profile, capability).run()
+    return _Resolver(profile, capability, tuned).run()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Reading a small user file safely: regular files only, with a size bound.
+"""Reading a small user file safely (regular files only, with a size bound), and writing one
+atomically.
 
 A FIFO would block the reader, a device (/dev/zero) or a huge file would fill memory; each is
 refused with a message that says what the path is instead.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
+from pathlib import Path
 
 
 class FileProblem(Exception):
@@ -47,3 +50,27 @@ def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
     if len(data) > limit:
         raise FileProblem(f"is larger than {limit:,} bytes (it grew while being read)")
     return data
+
+
+def write_atomically(path: Path, data: bytes, *, overwrite: bool) -> None:
+    """Write `data` to `path`: a complete file or none (a temporary file, fsync, then rename).
+    Without `overwrite` an existing file is never replaced, even one that appears meanwhile."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # fails if path appeared meanwhile: never a silent overwrite
+            except FileExistsError:
+                raise FileExistsError(f"{path}: already exists") from None
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,147 @@
+"""What `ltx-tui --tune` measured on this machine, and its on-disk cache.
+
+The cache is one JSON file per capability fingerprint (GPU models, driver, torch and package
+versions: `Capability.fingerprint()`) in the user cache directory (platformdirs; on Linux
+`$XDG_CACHE_HOME/ltx-tui/tune/`), holding one entry per run shape ("768x512x121"). A file
+written by another schema or ltx-tui version, or for another fingerprint, is stale and ignored;
+an unreadable one too (the next tune rewrites it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.machine.capability import Capability
+from backends.machine.textfile import FileProblem, read_bounded, write_atomically
+
+SCHEMA_VERSION = 1
+STATUSES = ("measured", "failed", "inaccurate", "skipped")
+CACHE_LIMIT = 4 << 20
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ltx-tui")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One option value timed at the run's shapes (ms: lower is faster)."""
+
+    option: str
+    value: str
+    status: str
+    ms: float | None = None
+    max_error: float | None = None
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.value.replace(":", " ")
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The candidates measured for one run shape on one machine."""
+
+    fingerprint: str
+    shapes: str
+    candidates: tuple[Candidate, ...]
+    written: str = ""
+    budget_s: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def ranked(self, option: str) -> list[Candidate]:
+        """The measured (accurate) candidates of `option`, fastest first."""
+        return sorted((c for c in self.candidates if c.option == option and c.status == "measured"),
+                      key=lambda c: c.ms)
+
+    def chosen(self) -> dict[str, str]:
+        """The fastest accurate value of every option with a measurement."""
+        out: dict[str, str] = {}
+        for c in self.candidates:
+            if c.option not in out and self.ranked(c.option):
+                out[c.option] = self.ranked(c.option)[0].value
+        return out
+
+    def why(self, option: str, value: str) -> str:
+        """'fastest measured here (768x512x121): 0.91 ms vs natten hopper-fna 3.40 ms, ...'."""
+        ranked = self.ranked(option)
+        mine = next(c for c in ranked if c.value == value)
+        others = ", ".join(f"{c.label} {c.ms:.3g} ms" for c in ranked if c is not mine)
+        head = "fastest" if ranked[0] is mine else "measured"
+        return f"{head} measured here ({self.shapes}): {mine.ms:.3g} ms" + (f" vs {others}" if others else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shapes": self.shapes, "written": self.written, "budget_s": self.budget_s, "notes": list(self.notes),
+                "candidates": [asdict(c) for c in self.candidates]}
+
+
+def cache_dir() -> Path:
+    import platformdirs
+
+    return platformdirs.user_cache_path("ltx-tui") / "tune"
+
+
+def _path(cap: Capability) -> Path:
+    return cache_dir() / (cap.fingerprint().replace(":", "-") + ".json")
+
+
+def _key(cap: Capability) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "ltx_tui": _version(), "fingerprint": cap.fingerprint()}
+
+
+def _read(cap: Capability) -> dict[str, Any]:
+    """The cache file's entries for `cap`, {} when there is none or it is stale or unreadable."""
+    try:
+        data = json.loads(read_bounded(_path(cap), CACHE_LIMIT))
+    except (FileProblem, ValueError):
+        return {}
+    if not isinstance(data, dict) or any(data.get(k) != v for k, v in _key(cap).items()):
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def _from_entry(cap: Capability, entry: Any) -> Tuned | None:
+    try:
+        candidates = tuple(Candidate(**c) for c in entry["candidates"])
+        if any(c.status not in STATUSES or (c.status == "measured" and not isinstance(c.ms, (int, float)))
+               for c in candidates):
+            return None
+        return Tuned(cap.fingerprint(), str(entry["shapes"]), candidates, str(entry.get("written", "")),
+                     entry.get("budget_s"), tuple(entry.get("notes", ())))
+    except (KeyError, TypeError):
+        return None
+
+
+def load_tuned(cap: Capability, shapes: str | None = None) -> Tuned | None:
+    """This machine's measurements for run shape `shapes` (default: the most recently tuned one);
+    None for another machine's capability (a preset or file), or when nothing valid is cached."""
+    if cap.source != "live":
+        return None
+    entries = _read(cap)
+    if shapes is not None:
+        return _from_entry(cap, entries.get(shapes))
+    latest = max(entries.values(), key=lambda e: str(e.get("written", "")) if isinstance(e, dict) else "",
+                 default=None)
+    return _from_entry(cap, latest) if latest is not None else None
+
+
+def store_tuned(cap: Capability, tuned: Tuned) -> Path:
+    """Write `tuned` into this machine's cache file (atomically), keeping its other run shapes."""
+    path = _path(cap)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = _read(cap)
+    written = tuned.written or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    entries[tuned.shapes] = dict(tuned.to_dict(), written=written)
+    write_atomically(path, json.dumps(dict(_key(cap), entries=entries), indent=1).encode(), overwrite=True)
+    return path
