@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,9 +22,9 @@ from typing import Any, Callable
 
 from backends.config.plan import Plan
 from backends.config.rules import Status
+from backends.machine.worker import run_worker
 
 DEFAULT_TIMEOUT = 120.0
-KILL_WAIT = 5.0  # seconds to wait for a killed group's leader to be reaped
 
 
 @dataclass(frozen=True)
@@ -73,17 +71,6 @@ def plan_checks(plan: Plan) -> list[CheckSpec]:
     return specs
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=KILL_WAIT)
-    except subprocess.TimeoutExpired:
-        pass
-
-
 def worker_command(spec: CheckSpec) -> list[str]:
     """The command line of the worker that runs `spec`."""
     return [sys.executable, "-m", "backends.smoke", json.dumps(asdict(spec))]
@@ -91,49 +78,15 @@ def worker_command(spec: CheckSpec) -> list[str]:
 
 def run_check(spec: CheckSpec, timeout: float = DEFAULT_TIMEOUT, cancel: threading.Event | None = None) -> CheckResult:
     """Run one check in a subprocess group; never raises, never waits past `timeout` (+ the kill)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(worker_command(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    out: list[str] = []
-    err: list[str] = []
-    readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
-               for s, b in ((proc.stdout, out), (proc.stderr, err))]
-    for r in readers:
-        r.start()
-    status = None
-    try:
-        while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                status = "cancelled"
-            elif time.perf_counter() - t0 > timeout:
-                status = "timeout"
-            if status:
-                break
-            time.sleep(0.05)
-    finally:
-        if status or proc.poll() is None:  # also on KeyboardInterrupt: no worker is left behind
-            _kill_group(proc)
-        else:  # the worker is done; a child it left behind goes with its group
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for r in readers:
-        r.join(timeout=1.0)
-    seconds = round(time.perf_counter() - t0, 2)
-    if status:
-        return CheckResult(spec.name, status, seconds, None,
-                           "cancelled" if status == "cancelled" else f"no answer within {timeout:g} s")
-    text = "".join(out)
-    for line in reversed(text.strip().splitlines()):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "status" in row:
-            return CheckResult(spec.name, row["status"], seconds, row.get("max_error"), row.get("message", ""))
-    tail = ("".join(err) or text).strip().splitlines()[-3:]
-    return CheckResult(spec.name, "error", seconds, None, f"worker exited {proc.returncode}: " + " | ".join(tail))
+    outcome = run_worker(worker_command(spec), timeout, cancel)
+    if outcome.status != "done":
+        return CheckResult(spec.name, outcome.status, outcome.seconds, None,
+                           "cancelled" if outcome.status == "cancelled" else f"no answer within {timeout:g} s")
+    row = outcome.last_json()
+    if row is not None:
+        return CheckResult(spec.name, row["status"], outcome.seconds, row.get("max_error"), row.get("message", ""))
+    return CheckResult(spec.name, "error", outcome.seconds, None,
+                       f"worker exited {outcome.returncode}: " + outcome.tail())
 
 
 def run_all(specs: list[CheckSpec], timeout: float = DEFAULT_TIMEOUT, cancel: threading.Event | None = None,
