@@ -196,10 +196,12 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
     from backends.config.plan import resolve
     from backends.config.profile import parse
     from backends.machine.capability import probe
+    from backends.machine.tuned import load_tuned
     from backends.runtime.apply import apply_profile, find_blocks
 
     profile, _ = parse(profile_data)
-    plan = resolve(profile, probe().for_device(device))
+    cap = probe()
+    plan = resolve(profile, cap.for_device(device), load_tuned(cap))  # as --check resolved it here
     step = plan.step(kind)
     if step is None or dict(step.args) != args:
         raise RuntimeError(f"this machine's plan has {dict(step.args) if step else 'no'} {kind} step, not {args}")

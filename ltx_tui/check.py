@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from backends.machine import capability as capmod
 from backends.machine.presets import load_capability
+from backends.machine.tuned import load_tuned
 from backends.config import profile as profmod
 from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
@@ -187,7 +188,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
     profile, warnings, cap, cap_warnings = loaded
     for w in warnings + cap_warnings:
         print(w, file=stderr)
-    stdout.write(explain(key, resolve(profile, cap)))
+    stdout.write(explain(key, resolve(profile, cap, load_tuned(cap))))
     return EXIT_OK
 
 
@@ -207,7 +208,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     if isinstance(loaded, int):
         return loaded
     profile, warnings, cap, cap_warnings = loaded
-    plan = resolve(profile, cap)
+    tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
+    plan = resolve(profile, cap, tuned)
     code = plan.exit_code(strict=strict)
     label = profile_path or "the default profile"
     if ltx and not as_json:
@@ -225,11 +227,15 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             stdout.write(ltx_args(plan, label))
         return code
     if not as_json:
-        stdout.write(render_text(cap, profile_path or "default (no --profile)", warnings + cap_warnings, list(plan),
+        notes = warnings + cap_warnings
+        if tuned is not None:
+            notes = notes + [f"auto follows `ltx-tui --tune` measurements at {tuned.shapes} ({tuned.written})"]
+        stdout.write(render_text(cap, profile_path or "default (no --profile)", notes, list(plan),
                                  use_colour(stdout)))
     results = []
     if smoke:
-        here = resolve(profile, capmod.probe()) if capability else plan
+        live = capmod.probe() if capability else None
+        here = resolve(profile, live, load_tuned(live)) if live else plan
         specs = smokemod.plan_checks(here)
         if not as_json:
             note = (f" (planned for this machine: --capability {capability} describes another one)"
@@ -249,6 +255,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "profile": {"path": profile_path, "values": profmod.to_data(dataclasses.replace(profile, generated=None)),
                         "warnings": warnings},
             "capability_warnings": cap_warnings,
+            "tuned": None if tuned is None else {"shapes": tuned.shapes, "written": tuned.written,
+                                                 "chosen": tuned.chosen()},
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),

@@ -15,6 +15,12 @@ EPILOG = """exit codes (--check, --explain):
   2  usage error, or a profile / capability file that cannot be read
   3  internal error (one line on stderr, the traceback in the log file it names)
   141  the output pipe was closed (e.g. `| head`); nothing more is written
+
+exit codes (--tune):
+  0  tuned: at least one candidate measured (results cached for `auto`)
+  1  no candidate could be measured here
+  2  usage error, or a profile that cannot be read
+  3  internal error;  130  interrupted (the workers are killed)
 """
 
 
@@ -26,6 +32,12 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} must be > 0 seconds")
     return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,10 +62,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
     parser.add_argument("--output", metavar="FILE",
-                        help="with --ltx-args: write the command line to FILE (replaced atomically) instead of stdout")
+                        help="with --ltx-args: write the command line to FILE (replaced atomically) instead of "
+                        "stdout; with --tune: write the profile with the chosen values pinned")
     parser.add_argument("--explain", metavar="KEY",
                         help="what option KEY does: its values, rules with their verdict here, the runtime step, "
                         "the LTX-2 flag (with --profile / --capability)")
+    tune = parser.add_argument_group("tuning (--tune: time each value of the speed options here; `auto` follows)")
+    tune.add_argument("--tune", action="store_true",
+                      help="time every runnable value of the speed options at an LTX-2 run's shapes, each in a "
+                      "subprocess; cache the results (auto then picks the fastest measured) and exit")
+    tune.add_argument("--resolution", default="768x512", metavar="WxH", help="the run's width x height (default 768x512)")
+    tune.add_argument("--frames", type=_positive_int, default=121, metavar="N", help="the run's frames, 8k+1 (default 121)")
+    tune.add_argument("--batch", type=_positive_int, default=1, metavar="B", help="the run's batch (default 1)")
+    tune.add_argument("--budget", type=_seconds, default=90.0, metavar="S",
+                      help="seconds of measuring (default 90); what does not fit is reported as skipped")
+    tune.add_argument("--options", metavar="KEYS",
+                      help="comma-separated options to tune, or 'all' (default: diffvae.na_backend, "
+                      "transformer.attention, transformer.quantization; 'all' adds compile.mode and diffvae.mode, "
+                      "which compile real LTX-2 modules)")
+    tune.add_argument("--fresh", action="store_true", help="measure again instead of reusing the cache")
     parser.add_argument("--list-capabilities", action="store_true", help="list the capability presets and exit")
     parser.add_argument("--version", action="version", version=f"ltx-tui {TOOL_VERSION}")
     return parser
@@ -62,8 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.output and not args.ltx_args:
-        parser.error("--output goes with --check --ltx-args")
+    if args.output and not (args.ltx_args or args.tune):
+        parser.error("--output goes with --check --ltx-args or --tune")
+    if args.tune:
+        if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
+            parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
+                         "--options, --fresh, --json, --output)")
+        from ltx_tui.tune import run_tune
+
+        return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution,
+                        frames=args.frames, batch=args.batch, budget=args.budget, options=args.options,
+                        fresh=args.fresh, as_json=args.json, output=args.output)
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities
 
@@ -79,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                          strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
                          output=args.output)
     if args.json or args.strict or args.smoke or args.ltx_args:
-        parser.error("--json, --strict, --smoke and --ltx-args go with --check")
+        parser.error("--json, --strict, --smoke and --ltx-args go with --check (--json also with --tune)")
     if not sys.stdout.isatty():
         print("ltx-tui: the app needs a terminal; use `ltx-tui --check` in scripts (see --help)", file=sys.stderr)
         return 2

@@ -13,6 +13,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's tune cache (`auto` would follow its measurements)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture(scope="module")
 def ltx2_core():
     """LTX-2 v1.2.0's ltx_core package; skips with how to get it (LTX2_CORE_SRC) when missing."""

@@ -578,8 +578,8 @@ class _Resolver:
                 order = [Attention.FA4] + order
             elif not self.f.cuda and self.f.cap.platform == "darwin":
                 order = [Attention.MPS_SDPA] + order
-            chain = []
-            for cand in _measured_first(self.f, key, tuple(order)):
+            chain = []  # plain PyTorch attention last: only a measurement moves it up
+            for cand in _measured_first(self.f, key, (*order, Attention.PYTORCH)):
                 rule = rule_of.get(cand)
                 if rule and not RULES[rule].holds(self.f):
                     chain.append(Step(cand.value, RULES[rule].message(self.f)))

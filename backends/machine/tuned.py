@@ -42,6 +42,7 @@ class Candidate:
     ms: float | None = None
     max_error: float | None = None
     reason: str = ""
+    seconds: float | None = None  # what measuring it took (worker start to answer)
 
     @property
     def label(self) -> str:
@@ -76,13 +77,17 @@ class Tuned:
         """'fastest measured here (768x512x121): 0.91 ms vs natten hopper-fna 3.40 ms, ...'."""
         ranked = self.ranked(option)
         mine = next(c for c in ranked if c.value == value)
-        others = ", ".join(f"{c.label} {c.ms:.3g} ms" for c in ranked if c is not mine)
+        others = ", ".join(f"{c.label} {_ms(c.ms)}" for c in ranked if c is not mine)
         head = "fastest" if ranked[0] is mine else "measured"
-        return f"{head} measured here ({self.shapes}): {mine.ms:.3g} ms" + (f" vs {others}" if others else "")
+        return f"{head} measured here ({self.shapes}): {_ms(mine.ms)}" + (f" vs {others}" if others else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"shapes": self.shapes, "written": self.written, "budget_s": self.budget_s, "notes": list(self.notes),
                 "candidates": [asdict(c) for c in self.candidates]}
+
+
+def _ms(ms: float) -> str:
+    return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
 
 
 def cache_dir() -> Path:

@@ -31,6 +31,7 @@ from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, t
 from backends.config.plan import PIPELINE, Plan, Step, resolve
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
+from backends.machine.tuned import load_tuned
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
@@ -360,15 +361,17 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
 
     `device`: where the model runs (default: where its parameters are); with offload the blocks'
     weights stay in host memory and stream to it. `include`: a glob over module names narrowing
-    the quantized linears. Raises ProfileNotRunnable, with the model untouched, when a step
+    the quantized linears. `auto` values follow this machine's tune cache (`ltx-tui --tune`), as
+    `--check` resolves them. Raises ProfileNotRunnable, with the model untouched, when a step
     cannot run here.
     """
     device = torch.device(device) if device is not None else _model_device(model)
     _check_device(device)
     if isinstance(profile, Plan):
         plan = profile
-    else:
-        plan = resolve(profile, (capability or probe()).for_device(device))
+    else:  # `auto` follows what `ltx-tui --tune` measured on this machine, as in --check
+        capability = capability or probe()
+        plan = resolve(profile, capability.for_device(device), load_tuned(capability))
     if plan.blocking:
         raise ProfileNotRunnable("the profile cannot run here:\n" + "\n".join(
             f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking))

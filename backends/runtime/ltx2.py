@@ -201,8 +201,10 @@ def tiny_transformer(seed: int = 0, layers: int = 2) -> nn.Module:
 
 
 def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 7, seed: int = 0,
-                       device: Any = "cpu", dtype: Any = None) -> tuple:
-    """(video, audio, perturbations) for `tiny_transformer`, with a text mask (the masked slot runs)."""
+                       device: Any = "cpu", dtype: Any = None, channels: int = 16, context_dim: int = 64,
+                       with_audio: bool = True) -> tuple:
+    """(video, audio, perturbations) for `tiny_transformer` (or, with `channels`/`context_dim` and
+    `with_audio`, another LTXModel), with a text mask (the masked slot runs)."""
     import torch
     from ltx_core.model.transformer.modality import Modality
 
@@ -220,8 +222,11 @@ def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 
     mask = torch.ones(1, context, dtype=torch.long, device=device)  # 0: a padded text token
     mask[:, -2:] = 0
     sigma = torch.full((1,), 0.5, device=device)
-    video = Modality(latent=rand(1, tokens, 16), sigma=sigma, timesteps=torch.full((1, tokens), 0.5, device=device),
-                     positions=positions(tokens, 3), context=rand(1, context, 64), context_mask=mask)
+    video = Modality(latent=rand(1, tokens, channels), sigma=sigma,
+                     timesteps=torch.full((1, tokens), 0.5, device=device), positions=positions(tokens, 3),
+                     context=rand(1, context, context_dim), context_mask=mask)
+    if not with_audio:
+        return video, None, None
     audio = Modality(latent=rand(1, audio_tokens, 8), sigma=sigma,
                      timesteps=torch.full((1, audio_tokens), 0.5, device=device), positions=positions(audio_tokens, 1),
                      context=rand(1, context, 32))

@@ -1,0 +1,71 @@
+"""What `--tune` times: every value of each speed option that resolves runnable here.
+
+A value is a candidate when the profile with that value pinned resolves to exactly that value
+here (ok or warning: runnable by ltx-tui's runtime). `diffvae.na_backend = natten` is one
+candidate per NATTEN kernel that runs here (`natten:hopper-fna`), since the kernel decides its
+speed. What is not timed is listed as skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.config.options import OPTIONS_BY_KEY, NattenKernel, Profile
+from backends.config.plan import resolve
+from backends.config.rules import Facts, Status, natten_kernel_check
+from backends.machine.capability import Capability
+
+# The options whose values change speed, cheapest to time first. The kernel-level ones are the
+# default set; compile.mode and diffvae.mode build and compile real LTX-2 modules (minutes).
+OPTIONS = ("diffvae.na_backend", "transformer.attention", "transformer.quantization", "compile.mode", "diffvae.mode")
+DEFAULT_OPTIONS = OPTIONS[:3]
+NOT_VALUES = {"auto", "automatic"}
+# Values that would only burn the budget: a reason instead of a timing.
+SLOW = {("diffvae.na_backend", "natten:flex-fna", True): "flex-fna materialises every score: 100x+ slower than "
+        "the fused kernels at DiffVAE shapes (rule natten.flex-slow); auto never picks it on CUDA"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One candidate to time: `option` = `value`, on `device`."""
+
+    option: str
+    value: str
+    device: str
+
+
+def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEFAULT_OPTIONS
+               ) -> tuple[list[Spec], list[tuple[str, str, str]]]:
+    """(the candidates to time, [(option, value, why it is not timed)])."""
+    unknown = [o for o in options if o not in OPTIONS]
+    if unknown:
+        raise ValueError(f"cannot tune {', '.join(unknown)}; tunable options: {', '.join(OPTIONS)}")
+    device = "cuda:0" if cap.cuda else "cpu"
+    specs: list[Spec] = []
+    skipped: list[tuple[str, str, str]] = []
+    for option in options:
+        for value in OPTIONS_BY_KEY[option].choices:
+            value = value.value
+            if value in NOT_VALUES:
+                continue
+            d = resolve(profile.replace(**{option: value}), cap)[option]
+            if d.status not in (Status.OK, Status.WARNING) or str(d.effective) != value:
+                skipped.append((option, value, d.message or d.chain[-1].reason))
+                continue
+            if option == "diffvae.na_backend" and value == "natten":
+                for kernel in NattenKernel:
+                    if kernel is NattenKernel.AUTO:
+                        continue
+                    check = natten_kernel_check(kernel, Facts(cap, profile))
+                    name = f"natten:{kernel.value}"
+                    why = (check.reason if not check.available else SLOW.get((option, name, cap.cuda)))
+                    if why:
+                        skipped.append((option, name, why))
+                    else:
+                        specs.append(Spec(option, name, device))
+                continue
+            if (option, value, cap.cuda) in SLOW:
+                skipped.append((option, value, SLOW[option, value, cap.cuda]))
+                continue
+            specs.append(Spec(option, value, device))
+    return specs, skipped

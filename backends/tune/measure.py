@@ -1,0 +1,184 @@
+"""Timing one candidate at an LTX-2 run's shapes (runs in the worker: `python -m backends.tune`).
+
+Each option is timed where its value acts, through the runtime's own callables:
+- diffvae.na_backend: `NAFunction(value)` (the LTX-2 protocol callable the runtime installs) on
+  q, k, v of every DiffVAE stage (`RunShapes.na_stages`), times the stage's calls per decode
+  summed: ms = the decode's NA time. Accuracy: each stage's window on a crop against the fp32
+  brute-force reference.
+- transformer.attention: `DenseFunction(value)` on the DiT's video self-attention (tokens x 32
+  heads x 128), times 48 layers: ms = one denoising step's self-attention. Accuracy: a crop of
+  the tokens against fp32 SDPA math.
+- transformer.quantization: one LTX-2 block's video linears (to_q/k/v/out 4096x4096, ff 4096 ->
+  16384 -> 4096) at the run's tokens, quantized by the runtime (`quantize_linears`), times 48
+  layers. Accuracy: relative error against the unquantized linears.
+- compile.mode: two real LTX-2 video transformer blocks at full width (LTXModel, random weights)
+  compiled per block by `apply_profile`, forward at the run's tokens with 1024 text tokens.
+  Accuracy: relative error against the same model eager.
+- diffvae.mode: LTX-2's full-size DiffusionVideoDecoder() laid out by `apply_profile`, decoding
+  the run's latent. Accuracy: relative error against LTX-2's own chunked_eager decode.
+Times: CUDA: median of `triton.testing.do_bench`; CPU: median of timed calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import types
+from typing import Callable
+
+import torch
+
+from backends.config import ltx2_shapes as S
+from backends.config.ltx2_shapes import RunShapes
+
+# accuracy bounds: max abs error for attention (unit-variance inputs), relative error elsewhere
+NA_BOUND = {torch.bfloat16: 2e-2, torch.float32: 1e-3}
+QUANT_BOUND, COMPILE_BOUND, DECODE_BOUND = 0.1, 3e-2, 5e-2
+CROP = 16  # the largest crop side (and x 64 the token crop) checked against a brute-force reference
+
+
+def bench(fn: Callable[[], object], device: str) -> float:
+    """Median milliseconds of `fn()` (after a warm-up call)."""
+    fn()
+    if device.startswith("cuda"):
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    times: list[float] = []
+    deadline = time.perf_counter() + 1.0
+    while len(times) < 3 or (len(times) < 20 and time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _rand(shape, device, dtype, g) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-6)).item()
+
+
+def na_backend(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    from backends.runtime.attention import NAFunction
+    from kernels.na3d_reference import na3d_reference
+
+    fn = NAFunction(value)
+    g = torch.Generator(device).manual_seed(0)
+    total, worst = 0.0, 0.0
+    with torch.inference_mode():
+        for stage in shapes.na_stages():
+            attn = types.SimpleNamespace(kernel_size=stage.kernel)
+            shape = (shapes.batch, *stage.thw, stage.heads, S.VAE_HEAD_DIM)
+            q, k, v = (_rand(shape, device, dtype, g) for _ in range(3))
+            total += bench(lambda: fn(attn, q, k, v), device) * stage.calls
+            crop = tuple(slice(0, max(min(n, CROP), kk)) for n, kk in zip(stage.thw, stage.kernel))
+            qc, kc, vc = (t[:, crop[0], crop[1], crop[2], :2].contiguous() for t in (q, k, v))
+            out = fn(attn, qc, kc, vc)
+            ref = na3d_reference(*(t.float() for t in (qc, kc, vc)), stage.kernel, scale=1.0)
+            worst = max(worst, (out.float() - ref).abs().max().item())
+    return total, worst
+
+
+def attention(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    from backends.runtime.dense_attention import DenseFunction
+
+    fn = DenseFunction(value)
+    g = torch.Generator(device).manual_seed(0)
+    shape = (shapes.batch, shapes.dit_tokens, shapes.dit_width)
+    q, k, v = (_rand(shape, device, dtype, g) * (S.DIT_HEAD_DIM ** -0.25) for _ in range(3))
+    with torch.inference_mode():
+        ms = bench(lambda: fn(q, k, v, S.DIT_HEADS), device) * S.DIT_LAYERS
+        n = min(shapes.dit_tokens, CROP * 64)
+        qc, kc, vc = (t[:1, :n] for t in (q, k, v))
+        out = fn(qc, kc, vc, S.DIT_HEADS)
+        ref = DenseFunction("sdpa_math")(*(t.float() for t in (qc, kc, vc)), S.DIT_HEADS)
+    return ms, (out.float() - ref).abs().max().item()
+
+
+def _block_linears(width: int, device: str, dtype: torch.dtype) -> torch.nn.ModuleDict:
+    """One LTX-2 transformer block's video linears, named as LTX-2 names them."""
+    torch.manual_seed(0)
+    ff = width * S.DIT_FF_MULT
+    with torch.device(device):
+        layers = {"attn1.to_q": (width, width), "attn1.to_k": (width, width), "attn1.to_v": (width, width),
+                  "attn1.to_out.0": (width, width), "ff.net.0.proj": (width, ff), "ff.net.2": (ff, width)}
+        return torch.nn.ModuleDict({n.replace(".", "_"): torch.nn.Linear(*io) for n, io in layers.items()}).to(dtype)
+
+
+def quantization(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    from backends.runtime.quant import quantize_linears
+
+    linears = _block_linears(shapes.dit_width, device, dtype)
+    g = torch.Generator(device).manual_seed(0)
+    inputs = {n: _rand((shapes.batch * shapes.dit_tokens, m.in_features), device, dtype, g)
+              for n, m in linears.items()}
+    with torch.inference_mode():
+        want = {n: m(inputs[n]) for n, m in linears.items()}
+        if value != "none":
+            quantize_linears(linears, value)
+        ms = bench(lambda: [m(inputs[n]) for n, m in linears.items()], device) * S.DIT_LAYERS
+        err = max(_rel(m(inputs[n]), want[n]) for n, m in linears.items())
+    return ms, err
+
+
+def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    from ltx_core.model.transformer.model import LTXModel, LTXModelType
+
+    from backends.config.options import Profile
+    from backends.runtime import ltx2
+    from backends.runtime.apply import apply_profile
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LTXModel(model_type=LTXModelType.VideoOnly, num_layers=2)
+    model = ltx2.wake_zero_tables(model.eval()).to(dtype)
+    inputs = ltx2.transformer_inputs(tokens=shapes.dit_tokens, context=S.TEXT_TOKENS, device=device, dtype=dtype,
+                                     channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False)
+    with torch.inference_mode():
+        want = model(*inputs)[0].clone()
+        apply_profile(model, Profile().replace(**{"compile.enabled": True, "compile.mode": value}), device=device)
+        ms = bench(lambda: model(*inputs), device)
+        err = _rel(model(*inputs)[0], want)
+    return ms, err
+
+
+def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype, na_backend: str = "auto"
+                 ) -> tuple[float, float]:
+    import copy
+
+    from ltx_core.model.video_vae.diffusion_video_decoder import DiffusionVideoDecoder
+    from ltx_core.model.video_vae.transformer.apply import apply_diffvae_mode
+    from ltx_core.model.video_vae.transformer.config import DiffVAEMode
+
+    from backends.config.options import Profile
+    from backends.runtime import ltx2
+    from backends.runtime.apply import apply_profile
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        base = DiffusionVideoDecoder()
+    base = ltx2.wake_zero_tables(base.eval()).to(dtype)
+    g = torch.Generator(device).manual_seed(0)
+    latent = _rand((shapes.batch, 128, *shapes.latent), device, dtype, g)
+
+    def decode(decoder):
+        with torch.inference_mode():
+            return decoder(latent, generator=torch.Generator(device).manual_seed(1))
+
+    want = decode(apply_diffvae_mode(copy.deepcopy(base), DiffVAEMode.CHUNKED_EAGER))  # LTX-2's own path
+    ours = base
+    apply_profile(ours, Profile().replace(**{"diffvae.mode": value, "diffvae.na_backend": na_backend}), device=device)
+    return bench(lambda: decode(ours), device), _rel(decode(ours), want)
+
+
+MEASURE = {"diffvae.na_backend": na_backend, "transformer.attention": attention,
+           "transformer.quantization": quantization, "compile.mode": compile_mode, "diffvae.mode": diffvae_mode}
+
+
+def bound(option: str, dtype: torch.dtype) -> float:
+    return {"diffvae.na_backend": NA_BOUND[dtype], "transformer.attention": NA_BOUND[dtype],
+            "transformer.quantization": QUANT_BOUND, "compile.mode": COMPILE_BOUND,
+            "diffvae.mode": DECODE_BOUND}[option]

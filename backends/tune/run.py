@@ -1,0 +1,133 @@
+"""Running the tune: candidates in worker processes, within a budget, cached.
+
+`tune()` times each candidate (`candidates.candidates`) in a fresh interpreter with a timeout
+(`machine.worker.run_worker`: killed with its process group on timeout or cancel), reuses what
+the cache already holds for the same machine and run shape (unless `fresh`), marks a candidate
+whose output is outside its accuracy bound `inaccurate` (never chosen), skips what the budget
+cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import threading
+import time
+from typing import Callable
+
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+from backends.config.plan import resolve
+from backends.machine.capability import Capability
+from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned
+from backends.machine.worker import run_worker
+from backends.tune.candidates import DEFAULT_OPTIONS, Spec, candidates
+
+DEFAULT_BUDGET = 90.0
+MIN_TIMEOUT = 5.0  # a candidate is not started with less budget left than this
+# A candidate may take SLOWER x the worker time of its option's fastest value so far (at least
+# SLOWER_MIN s): one that needs longer is far slower and would only eat the budget.
+SLOWER, SLOWER_MIN = 5.0, 20.0
+
+
+def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str) -> str:
+    return json.dumps({"option": spec.option, "value": spec.value, "device": spec.device, "na_backend": na_backend,
+                       "shapes": [shapes.width, shapes.height, shapes.frames, shapes.batch]})
+
+
+def worker_argv(spec_json: str) -> list[str]:
+    """The command line of the worker that times one candidate."""
+    return [sys.executable, "-m", "backends.tune", spec_json]
+
+
+def _na_for_decode(done: list[Candidate]) -> str:
+    """The NA backend a decoder candidate runs with: the fastest measured so far, else auto."""
+    ranked = sorted((c for c in done if c.option == "diffvae.na_backend" and c.status == "measured"),
+                    key=lambda c: c.ms)
+    return ranked[0].value.split(":")[0] if ranked else "auto"
+
+
+def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
+         budget: float = DEFAULT_BUDGET, fresh: bool = False, store: bool = True,
+         on_event: Callable[[int, int, Candidate | None], None] | None = None,
+         cancel: threading.Event | None = None) -> Tuned:
+    """Measure the candidates of `options` at `shapes` on this machine (`cap` is its live
+    capability) within `budget` seconds of worker time; returns and caches the result."""
+    specs, not_timed = candidates(profile, cap, options)
+    cached = {} if fresh else {(c.option, c.value): c for c in (load_tuned(cap, shapes.label) or Tuned("", "", ())
+                                                                 ).candidates if c.status != "skipped"}
+    done: list[Candidate] = [Candidate(o, v, "skipped", reason=why) for o, v, why in not_timed]
+    prior = {d.option: str(d.effective) for d in resolve(profile, cap)}
+    specs.sort(key=lambda s: (options.index(s.option), s.value.split(":")[0] != prior.get(s.option)))
+    fastest: dict[str, tuple[float, float, str]] = {}  # option -> (ms, worker seconds, value)
+    total = len(specs)
+    t0 = time.monotonic()
+    for i, spec in enumerate(specs):
+        if on_event:
+            on_event(i, total, None)
+        hit = cached.get((spec.option, spec.value))
+        best = fastest.get(spec.option)
+        left = budget - (time.monotonic() - t0)
+        if hit is not None:
+            result = hit
+            if hit.status == "measured" and hit.seconds and (best is None or hit.ms < best[0]):
+                fastest[spec.option] = (hit.ms, hit.seconds, hit.value)
+        elif cancel is not None and cancel.is_set():
+            result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
+        elif left < MIN_TIMEOUT:
+            result = Candidate(spec.option, spec.value, "skipped",
+                               reason=f"budget spent ({budget:g} s); run again with a larger --budget to time it")
+        else:
+            argv = worker_argv(_spec_json(spec, shapes, _na_for_decode(done)))
+            limit = min(left, max(SLOWER_MIN, SLOWER * best[1])) if best else left
+            outcome = run_worker(argv, limit, cancel)
+            row = outcome.last_json() if outcome.status == "done" else None
+            if outcome.status == "cancelled":
+                result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
+            elif outcome.status == "timeout" and limit < left:
+                result = Candidate(spec.option, spec.value, "skipped", reason=(
+                    f"stopped after {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that {best[2]} needed"))
+            elif outcome.status == "timeout":
+                result = Candidate(spec.option, spec.value, "skipped",
+                                   reason=f"budget spent after {outcome.seconds:g} s; run again with a larger --budget")
+            elif row is None:
+                result = Candidate(spec.option, spec.value, "failed",
+                                   reason=f"worker exited {outcome.returncode}: {outcome.tail()}")
+            else:
+                result = Candidate(spec.option, spec.value, row["status"], row.get("ms"), row.get("max_error"),
+                                   row.get("reason", ""), outcome.seconds)
+                if result.status == "measured" and (best is None or result.ms < best[0]):
+                    fastest[spec.option] = (result.ms, outcome.seconds, spec.value)
+        done.append(result)
+        if on_event:
+            on_event(i + 1, total, result)
+    order = {(s.option, s.value): i for i, s in enumerate(specs)}
+    done.sort(key=lambda c: (options.index(c.option), order.get((c.option, c.value), len(order))))
+    tuned = Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
+    if store:
+        stored = store_tuned(cap, tuned)
+        tuned = dataclasses.replace(load_tuned(cap, shapes.label) or tuned, notes=(f"cached in {stored}",))
+    return tuned
+
+
+def worker(spec: dict) -> dict:
+    """Time one candidate here (the worker process): {"status", "ms", "max_error", "reason"}."""
+    import torch
+
+    from backends.tune.measure import MEASURE, bound
+
+    option, value, device = spec["option"], spec["value"], spec["device"]
+    shapes = RunShapes(*spec["shapes"])
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    extra = {"na_backend": spec["na_backend"]} if option == "diffvae.mode" else {}
+    try:
+        ms, err = MEASURE[option](value, shapes, device, dtype, **extra)
+    except torch.OutOfMemoryError:
+        return {"status": "failed", "reason": f"out of memory at {shapes.label}"}
+    except Exception as e:  # the row says what broke
+        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    limit = bound(option, dtype)
+    ok = err <= limit
+    return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err,
+            "reason": f"max error {err:.3g} {'<=' if ok else '>'} {limit:g}"}

@@ -1,0 +1,142 @@
+"""`ltx-tui --tune`: measure the speed options on this machine, headless. Never imports textual.
+
+Exit codes: 0 tuned (at least one candidate measured), 1 nothing could be measured, 2 usage or
+profile error, 3 internal error, 130 interrupted (workers are killed with their process group).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TextIO
+
+from backends.config import profile as profmod
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+from backends.config.plan import resolve
+from backends.machine import capability as capmod
+from backends.machine.tuned import Candidate, Tuned
+from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
+from backends.tune.run import tune
+
+TUNE_SCHEMA_VERSION = 1
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
+
+
+def parse_options(text: str | None) -> tuple[str, ...]:
+    """'all', or a comma-separated list of tunable option keys; ValueError naming the allowed ones."""
+    if not text:
+        return DEFAULT_OPTIONS
+    if text.strip() == "all":
+        return OPTIONS
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in keys if k not in OPTIONS]
+    if bad or not keys:
+        raise ValueError(f"--options {text!r}: {', '.join(bad) or 'empty'} cannot be tuned; expected 'all' or "
+                         f"a comma-separated list of {', '.join(OPTIONS)}")
+    return tuple(k for k in OPTIONS if k in keys)
+
+
+def candidate_line(c: Candidate, fastest: bool = False) -> str:
+    ms = f"{c.ms:10.3f}" if c.ms is not None else f"{'-':>10}"
+    err = f"{c.max_error:9.2e}" if c.max_error is not None else f"{'-':>9}"
+    mark = "fastest" if fastest else ""
+    return f"  {c.option:<25} {c.value:<27} {c.status:<10} {ms} {err}  {mark:<7} {c.reason}".rstrip()
+
+
+def pinned(profile: Profile, chosen: dict[str, str]) -> Profile:
+    """`profile` with the chosen values pinned (a NATTEN kernel pins backend and kernel)."""
+    values = dict(chosen)
+    if values.get("diffvae.na_backend", "").startswith("natten:"):
+        values["diffvae.na_backend"], values["diffvae.natten_kernel"] = values["diffvae.na_backend"].split(":")
+    return profile.replace(**values)
+
+
+def to_json(tuned: Tuned, shapes: RunShapes, seconds: float, reused: int, auto: dict, code: int) -> dict:
+    return {"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
+            "capability_fingerprint": tuned.fingerprint, "shapes": shapes.to_dict(), "budget_s": tuned.budget_s,
+            "seconds": round(seconds, 2), "from_cache": reused,
+            "candidates": [{"option": c.option, "value": c.value, "status": c.status, "ms": c.ms,
+                            "max_error": c.max_error, "reason": c.reason, "seconds": c.seconds}
+                           for c in tuned.candidates],
+            "chosen": tuned.chosen(), "auto": auto, "notes": list(tuned.notes), "exit_code": code}
+
+
+def run_tune(*, profile_path: str | None, capability: str | None, resolution: str, frames: int, batch: int,
+             budget: float, options: str | None, fresh: bool, as_json: bool, output: str | None,
+             stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Tune here and report; returns the exit code."""
+    from backends.config.ltx2_shapes import parse_resolution
+
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+
+    def usage(message: str) -> int:
+        print(f"ltx-tui: {message}", file=stderr)
+        if as_json:
+            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "exit_code": EXIT_USAGE}),
+                  file=stdout)
+        return EXIT_USAGE
+
+    if capability:
+        return usage(f"--tune measures this machine; --capability {capability} describes another one")
+    try:
+        shapes = RunShapes(*parse_resolution(resolution), frames, batch)
+        keys = parse_options(options)
+    except ValueError as e:
+        return usage(str(e))
+    profile = Profile()
+    if profile_path:
+        try:
+            profile, warnings = profmod.read(profile_path)
+        except profmod.ProfileError as e:
+            return usage(f"profile error: {e}")
+        for w in warnings:
+            print(w, file=stderr)
+    cap = capmod.probe()
+    gpu = f"{cap.gpus[0].name} ({cap.gpus[0].sm})" if cap.cuda else "CPU (no CUDA device)"
+    if not as_json:
+        print(f"ltx-tui --tune   {gpu}   {shapes.label}: DiT {shapes.dit_tokens} tokens, DiffVAE "
+              f"{len(shapes.na_stages())} NA stages   budget {budget:g} s", file=stdout, flush=True)
+
+    def progress(done: int, total: int, c: Candidate | None) -> None:
+        if c is not None and not as_json:
+            ms = f" {c.ms:.3f} ms" if c.ms is not None else ""
+            print(f"  [{done}/{total}] {c.option} = {c.value}: {c.status}{ms}", file=stderr, flush=True)
+
+    t0 = time.monotonic()
+    before = _cached_count(cap, shapes, keys, fresh)
+    tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, on_event=progress)
+    seconds = time.monotonic() - t0
+    plan = resolve(profile, cap, tuned)
+    auto = {d.option: d.effective for d in plan if d.option in keys and str(d.requested) in ("auto", "automatic")}
+    chosen = tuned.chosen()
+    code = EXIT_OK if chosen else EXIT_NOTHING
+    if output:
+        try:
+            profmod.save(pinned(profile, chosen), output, capability=cap, overwrite=True)
+        except (OSError, profmod.ProfileError) as e:
+            return usage(f"--output {output}: cannot write ({getattr(e, 'strerror', None) or e})")
+    if as_json:
+        json.dump(to_json(tuned, shapes, seconds, before, auto, code), stdout, indent=2)
+        stdout.write("\n")
+        return code
+    print(f"\n  {'option':<25} {'value':<27} {'status':<10} {'ms':>10} {'max err':>9}", file=stdout)
+    for c in tuned.candidates:
+        print(candidate_line(c, chosen.get(c.option) == c.value and c.status == "measured"), file=stdout)
+    print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"), file=stdout)
+    for option, value in auto.items():
+        print(f"auto:   {option} auto -> {value} ({plan[option].chain[-1].reason})", file=stdout)
+    print(f"tuned in {seconds:.1f} s ({len(tuned.candidates)} candidates, {before} from the cache"
+          f"{'' if not fresh else ', --fresh'}); " + "; ".join(tuned.notes), file=stdout)
+    if output:
+        print(f"wrote {output} with the chosen values pinned", file=stdout)
+    return code
+
+
+def _cached_count(cap: capmod.Capability, shapes: RunShapes, keys: tuple[str, ...], fresh: bool) -> int:
+    """How many of the candidates of `keys` the cache already holds (the tune reuses them)."""
+    from backends.machine.tuned import load_tuned
+
+    cached = None if fresh else load_tuned(cap, shapes.label)
+    return sum(c.status != "skipped" and c.option in keys for c in cached.candidates) if cached else 0

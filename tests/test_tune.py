@@ -1,0 +1,198 @@
+"""--tune: candidates, the runner (workers with timeouts, budget, cancel, cache), the CLI, and the
+measurements themselves on this CPU at narrowed LTX-2 shapes."""
+
+import dataclasses
+import json
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from backends.config import ltx2_shapes as S
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+from backends.config.plan import resolve
+from backends.machine.presets import preset
+from backends.machine.tuned import load_tuned
+from backends.tune import measure, run as runmod
+from backends.tune.candidates import candidates
+from ltx_tui.cli import main
+
+
+def live(pid="h200"):
+    return dataclasses.replace(preset(pid), source="live")
+
+
+def test_candidates_are_the_values_that_run_here():
+    specs, skipped = candidates(Profile(), preset("h200"))
+    timed = {(s.option, s.value) for s in specs}
+    assert {("diffvae.na_backend", "triton"), ("diffvae.na_backend", "natten:hopper-fna"),
+            ("diffvae.na_backend", "natten:cutlass-fna"), ("diffvae.na_backend", "eager_sdpa"),
+            ("transformer.quantization", "fp8-scaled-mm"), ("transformer.quantization", "int8-w8a8"),
+            ("transformer.attention", "sdpa_flash")} <= timed
+    why = {(o, v): r for o, v, r in skipped}
+    assert "100x+ slower" in why["diffvae.na_backend", "natten:flex-fna"]
+    assert "SM 10" in why["diffvae.na_backend", "natten:blackwell-fna"]
+    assert ("transformer.attention", "automatic") not in timed | set(why)  # auto is what is being decided
+    specs, skipped = candidates(Profile(), preset("cpu"))
+    assert {s.value for s in specs if s.option == "diffvae.na_backend"} == {"eager_sdpa", "natten:flex-fna"}
+    assert all(s.device == "cpu" for s in specs)
+    with pytest.raises(ValueError, match="tunable options"):
+        candidates(Profile(), preset("cpu"), ("memory.expandable_segments",))
+
+
+FAKE_WORKER = """
+import json, os, sys, time
+spec = json.loads(sys.argv[1])
+open(os.environ["SPAWNS"], "a").write(spec["value"] + "\\n")
+plan = {"triton": (2.0, 1e-3), "natten:hopper-fna": (1.0, 0.5), "natten:cutlass-fna": (3.0, 1e-3)}
+if spec["value"] == "eager_sdpa":
+    if os.fork() == 0:
+        time.sleep(60)  # a child that would outlive its parent
+    time.sleep(60)
+if spec["value"] == "sdpa_flash":
+    raise SystemExit("flash kernel exploded")
+ms, err = plan.get(spec["value"], (5.0, 1e-4))
+print("noise"); print(json.dumps({"status": "measured" if err < 0.02 else "inaccurate", "ms": ms,
+                                  "max_error": err, "reason": "fake"}))
+"""
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    spawns = tmp_path / "spawns"
+    spawns.write_text("")
+    monkeypatch.setenv("SPAWNS", str(spawns))
+    monkeypatch.setattr(runmod, "worker_argv", lambda spec: [sys.executable, "-c", FAKE_WORKER, spec])
+    monkeypatch.setattr(runmod, "SLOWER_MIN", 2.0)
+    return spawns
+
+
+def test_tune_times_chooses_and_caches(fake_worker):
+    cap, shapes = live(), RunShapes(768, 512, 121)
+    events = []
+    t0 = time.monotonic()
+    tuned = runmod.tune(Profile(), cap, shapes, options=("diffvae.na_backend", "transformer.attention"),
+                        budget=60, on_event=lambda *e: events.append(e))
+    assert time.monotonic() - t0 < 30  # the hung worker was stopped at 5x its sibling's time, not the budget
+    rows = {(c.option, c.value): c for c in tuned.candidates}
+    assert rows["diffvae.na_backend", "natten:hopper-fna"].status == "inaccurate"  # faster but wrong
+    assert tuned.chosen()["diffvae.na_backend"] == "triton"
+    stopped = rows["diffvae.na_backend", "eager_sdpa"]
+    assert stopped.status == "skipped" and "stopped after" in stopped.reason
+    failed = rows["transformer.attention", "sdpa_flash"]
+    assert failed.status == "failed" and "flash kernel exploded" in failed.reason
+    assert events[-1][0] == events[-1][1] and all(e[2] is None or e[2].option for e in events)
+    # auto follows the cache from now on, and the runtime's plan agrees
+    plan = resolve(Profile(), cap, load_tuned(cap))
+    assert plan["diffvae.na_backend"].effective == "triton"
+    assert "fastest measured here (768x512x121)" in plan["diffvae.na_backend"].chain[-1].reason
+    # a second run reuses every measured, failed or inaccurate candidate: no worker starts
+    spawned = fake_worker.read_text().split()
+    again = runmod.tune(Profile(), cap, shapes, options=("diffvae.na_backend", "transformer.attention"), budget=60)
+    assert fake_worker.read_text().split() == spawned + ["eager_sdpa"]  # only the skipped one is timed again
+    assert again.chosen() == tuned.chosen()
+
+
+def test_budget_and_cancel_skip_with_a_reason(fake_worker):
+    cap, shapes = live(), RunShapes(768, 512, 121)
+    tuned = runmod.tune(Profile(), cap, shapes, options=("transformer.quantization",), budget=1)
+    assert {c.status for c in tuned.candidates if "budget" in c.reason} == {"skipped"}
+    cancel = threading.Event()
+    cancel.set()
+    tuned = runmod.tune(Profile(), cap, shapes, options=("transformer.attention",), budget=60, cancel=cancel,
+                        fresh=True, store=False)
+    timed = [c for c in tuned.candidates if c.reason == "cancelled"]
+    assert timed and all(c.status == "skipped" for c in timed)
+
+
+def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path):
+    args = ["--tune", "--options", "transformer.attention", "--resolution", "256x224", "--frames", "17", "--json"]
+    code = main(args + ["--output", str(tmp_path / "tuned.toml")])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == doc["exit_code"] == 0
+    assert set(doc) >= {"schema_version", "capability_fingerprint", "shapes", "budget_s", "candidates", "chosen"}
+    measured = [c for c in doc["candidates"] if c["status"] == "measured"]
+    assert {c["value"] for c in measured} == {"pytorch", "sdpa_math"}
+    assert all(c["ms"] > 0 and c["max_error"] < 1e-3 for c in measured)
+    assert doc["shapes"]["dit"]["tokens"] == 3 * 7 * 8  # latent frames x H/32 x W/32
+    assert doc["auto"]["transformer.attention"] == doc["chosen"]["transformer.attention"]
+    assert f'attention = "{doc["chosen"]["transformer.attention"]}"' in (tmp_path / "tuned.toml").read_text()
+    t0 = time.monotonic()
+    code = main(args)
+    again = json.loads(capsys.readouterr().out)
+    assert code == 0 and again["from_cache"] == 2 and again["chosen"] == doc["chosen"]
+    assert time.monotonic() - t0 < 2
+
+
+def test_check_resolves_auto_from_this_machines_measurements(capsys):
+    from backends.machine.capability import probe
+    from backends.machine.tuned import Candidate, Tuned, store_tuned
+
+    cap = probe()
+    NA = "diffvae.na_backend"
+    store_tuned(cap, Tuned(cap.fingerprint(), "256x224x17", (Candidate(NA, "natten:flex-fna", "measured", 3.0, 1e-6),
+                                                            Candidate(NA, "eager_sdpa", "measured", 9.0, 1e-6))))
+    main(["--check", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    d = next(d for d in doc["decisions"] if d["option"] == NA)
+    assert d["effective"] == "natten" and d["status"] == "ok"
+    assert "fastest measured here (256x224x17): 3 ms vs eager_sdpa 9 ms" in d["chain"][-1]["reason"]
+    assert doc["tuned"]["chosen"] == {NA: "natten:flex-fna"}
+    main(["--check", "--capability", "cpu", "--json"])  # a preset is another machine: no measurements
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tuned"] is None
+    assert next(d for d in doc["decisions"] if d["option"] == NA)["effective"] == "eager_sdpa"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tune", "--resolution", "770x512"], "multiples of 32"),
+    (["--tune", "--frames", "120"], "8k+1"),
+    (["--tune", "--options", "memory.max_batch_size"], "cannot be tuned"),
+    (["--tune", "--capability", "h100"], "describes another one"),
+])
+def test_cli_tune_usage_errors(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_tune_refuses_other_modes(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--tune", "--check"])
+    assert e.value.code == 2 and "--tune runs on its own" in capsys.readouterr().err
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """LTX-2's shapes with fewer channels and heads, so the measurements run in seconds here."""
+    monkeypatch.setattr(S, "VAE_STAGE_CHANNELS", (128, 64, 64, 64))
+    monkeypatch.setattr(S, "VAE_STAGE5", (64, 1, (3, 7, 7)))
+    monkeypatch.setattr(S, "DIT_HEADS", 2)
+    return RunShapes(256, 224, 9)
+
+
+def test_na_measurement_times_every_stage_and_checks_accuracy(narrow, monkeypatch):
+    calls = []
+    real = measure.bench
+    monkeypatch.setattr(measure, "bench", lambda fn, device: calls.append(1) or real(fn, device))
+    ms, err = measure.na_backend("eager_sdpa", narrow, "cpu", torch.float32)
+    assert ms > 0 and err < measure.NA_BOUND[torch.float32] and len(calls) == len(narrow.na_stages())
+
+
+def test_quantization_measurement_reports_the_error_it_costs(narrow):
+    ms, err = measure.quantization("none", narrow, "cpu", torch.float32)
+    assert ms > 0 and err == 0
+    ms, err = measure.quantization("fp8-cast", narrow, "cpu", torch.float32)
+    assert ms > 0 and 1e-4 < err < measure.QUANT_BOUND
+
+
+def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
+    from backends.runtime import attention
+
+    real = attention.NAFunction.__call__
+    monkeypatch.setattr(attention.NAFunction, "__call__", lambda self, attn, q, k, v: real(self, attn, q, k, v) * 1.1)
+    row = runmod.worker({"option": "diffvae.na_backend", "value": "eager_sdpa", "device": "cpu",
+                         "na_backend": "auto", "shapes": [narrow.width, narrow.height, narrow.frames, 1]})
+    assert row["status"] == "inaccurate" and row["max_error"] > measure.NA_BOUND[torch.float32]
