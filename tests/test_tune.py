@@ -45,7 +45,7 @@ def test_candidates_are_the_values_that_run_here():
 
 FAKE_WORKER = """
 import json, os, sys, time
-spec = json.loads(sys.argv[1])
+spec = json.loads(sys.stdin.readline())
 open(os.environ["SPAWNS"], "a").write(spec["value"] + "\\n")
 plan = {"triton": (2.0, 1e-3), "natten:hopper-fna": (1.0, 0.5), "natten:cutlass-fna": (3.0, 1e-3)}
 if spec["value"] == "eager_sdpa":
@@ -65,7 +65,7 @@ def fake_worker(monkeypatch, tmp_path):
     spawns = tmp_path / "spawns"
     spawns.write_text("")
     monkeypatch.setenv("SPAWNS", str(spawns))
-    monkeypatch.setattr(runmod, "worker_argv", lambda spec: [sys.executable, "-c", FAKE_WORKER, spec])
+    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", FAKE_WORKER])
     monkeypatch.setattr(runmod, "SLOWER_MIN", 2.0)
     return spawns
 
@@ -167,8 +167,10 @@ def test_cli_tune_refuses_other_modes(capsys):
 @pytest.fixture
 def narrow(monkeypatch):
     """LTX-2's shapes with fewer channels and heads, so the measurements run in seconds here."""
-    monkeypatch.setattr(S, "VAE_STAGE_CHANNELS", (128, 64, 64, 64))
-    monkeypatch.setattr(S, "VAE_STAGE5", (64, 1, (3, 7, 7)))
+    monkeypatch.setattr(S, "VAE_HEAD_DIM", 16)
+    monkeypatch.setattr(S, "VAE_STAGE_CHANNELS", (128, 64, 32, 32))
+    monkeypatch.setattr(S, "VAE_STAGE_DEPTHS", (1, 1, 1, 1))
+    monkeypatch.setattr(S, "VAE_STAGE5", (16, 1, (3, 7, 7)))
     monkeypatch.setattr(S, "DIT_HEADS", 2)
     return RunShapes(256, 224, 9)
 
@@ -196,3 +198,10 @@ def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
     row = runmod.worker({"option": "diffvae.na_backend", "value": "eager_sdpa", "device": "cpu",
                          "na_backend": "auto", "shapes": [narrow.width, narrow.height, narrow.frames, 1]})
     assert row["status"] == "inaccurate" and row["max_error"] > measure.NA_BOUND[torch.float32]
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_decoder_mode_measurement_runs_ltx2s_decoder_against_its_own_path(narrow):
+    ms, err = measure.diffvae_mode("chunked_eager", narrow, "cpu", torch.float32, na_backend="eager_sdpa")
+    assert ms > 0 and err < 1e-4  # ltx-tui's eager SDPA NA in LTX-2's chunked layout vs LTX-2's own

@@ -54,35 +54,58 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+class Worker:
+    """A worker process started now, told what to do later (`run`): a worker can import its
+    modules while another one is still measuring. It reads its task as one line on stdin."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
+                         for s, b in ((self.proc.stdout, self._out), (self.proc.stderr, self._err))]
+        for r in self._readers:
+            r.start()
+
+    def run(self, task: str | None, timeout: float, cancel: threading.Event | None = None) -> Outcome:
+        """Send `task` (if any), wait at most `timeout` s from now; the group is gone afterwards."""
+        t0 = time.perf_counter()
+        proc = self.proc
+        try:
+            if task is not None:
+                proc.stdin.write(task + "\n")
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):  # the worker died early: its exit code and stderr say why
+            pass
+        status = None
+        try:
+            while proc.poll() is None:
+                if cancel is not None and cancel.is_set():
+                    status = "cancelled"
+                elif time.perf_counter() - t0 > timeout:
+                    status = "timeout"
+                if status:
+                    break
+                time.sleep(0.05)
+        finally:
+            if status or proc.poll() is None:  # also on KeyboardInterrupt: no worker is left behind
+                _kill_group(proc)
+            else:  # the worker is done; a child it left behind goes with its group
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for r in self._readers:
+            r.join(timeout=1.0)
+        return Outcome(status or "done", round(time.perf_counter() - t0, 2), "".join(self._out),
+                       "".join(self._err), proc.returncode)
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+
+
 def run_worker(argv: list[str], timeout: float, cancel: threading.Event | None = None) -> Outcome:
     """Run `argv` in a new process group; never raises for the worker's failure, never waits past
     `timeout` (+ the kill)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    out: list[str] = []
-    err: list[str] = []
-    readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
-               for s, b in ((proc.stdout, out), (proc.stderr, err))]
-    for r in readers:
-        r.start()
-    status = None
-    try:
-        while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                status = "cancelled"
-            elif time.perf_counter() - t0 > timeout:
-                status = "timeout"
-            if status:
-                break
-            time.sleep(0.05)
-    finally:
-        if status or proc.poll() is None:  # also on KeyboardInterrupt: no worker is left behind
-            _kill_group(proc)
-        else:  # the worker is done; a child it left behind goes with its group
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for r in readers:
-        r.join(timeout=1.0)
-    return Outcome(status or "done", round(time.perf_counter() - t0, 2), "".join(out), "".join(err), proc.returncode)
+    return Worker(argv).run(None, timeout, cancel)

@@ -1,9 +1,23 @@
-"""The tune worker: `python -m backends.tune SPEC_JSON` prints one JSON line with the timing."""
+"""The tune worker: `python -m backends.tune [SPEC_JSON]` prints one JSON line with the timing.
 
+Without SPEC_JSON it first imports torch and the measurements and starts CUDA, then reads the
+spec as one line on stdin: the tuner starts the next worker while the current one measures."""
+
+import importlib
 import json
 import sys
 
 from backends.tune.run import worker
 
 if __name__ == "__main__":
-    print(json.dumps(worker(json.loads(sys.argv[1]))), flush=True)
+    if len(sys.argv) > 1:
+        spec = sys.argv[1]
+    else:
+        import torch
+
+        importlib.import_module("backends.tune.measure")  # imported before the spec arrives
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+        spec = sys.stdin.readline()
+    print(json.dumps(worker(json.loads(spec))), flush=True)

@@ -1,7 +1,7 @@
 """What `--tune` times: every value of each speed option that resolves runnable here.
 
-A value is a candidate when the profile with that value pinned resolves to exactly that value
-here (ok or warning: runnable by ltx-tui's runtime). `diffvae.na_backend = natten` is one
+A value is a candidate when the profile with that value pinned (and compile enabled, for
+compile.mode) resolves to exactly that value here (ok or warning: runnable by ltx-tui's runtime). `diffvae.na_backend = natten` is one
 candidate per NATTEN kernel that runs here (`natten:hopper-fna`), since the kernel decides its
 speed. What is not timed is listed as skipped, with the reason.
 """
@@ -48,7 +48,8 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
             value = value.value
             if value in NOT_VALUES:
                 continue
-            d = resolve(profile.replace(**{option: value}), cap)[option]
+            pin = {option: value, **({"compile.enabled": True} if option == "compile.mode" else {})}
+            d = resolve(profile.replace(**pin), cap)[option]
             if d.status not in (Status.OK, Status.WARNING) or str(d.effective) != value:
                 skipped.append((option, value, d.message or d.chain[-1].reason))
                 continue
