@@ -30,7 +30,9 @@ from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
 from backends.config.plan import resolve
+from backends.config.ltx2_shapes import RunShapes
 from backends.config.rules import Decision, Status, summarize
+from backends.machine.tuned import Candidate, Tuned, load_tuned
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
@@ -41,6 +43,7 @@ from ltx_tui.widgets.gpu_panel import GpuPanel
 from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
 from ltx_tui.widgets.resolution import ResolutionView
 from ltx_tui.widgets.smoke_panel import SmokePanel
+from ltx_tui.widgets.tune_panel import TunePanel
 
 DEFAULT_EXPORT = "ltx-profile.toml"
 NVML_BACKOFF_S = 30.0
@@ -73,6 +76,18 @@ def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult
     return run_all(specs, cancel=cancel, on_start=on_start, on_result=on_result)
 
 
+# tuner(profile, capability, shapes, on_event, cancel) -> what it measured (and cached)
+Tuner = Callable[[Profile, capmod.Capability, RunShapes, Callable[[int, int, Candidate | None], None],
+                  threading.Event], Tuned]
+TUNE_SHAPES = RunShapes(768, 512, 121)
+
+
+def default_tuner(profile, cap, shapes, on_event, cancel) -> Tuned:
+    from backends.tune.run import tune
+
+    return tune(profile, cap, shapes, on_event=on_event, cancel=cancel)
+
+
 def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str, tuple[Status, str]]:
     """What each value of choice/boolean option `key` would resolve to, the rest unchanged."""
     spec = OPTIONS_BY_KEY[key]
@@ -90,11 +105,13 @@ class LtxTuiApp(App):
     AUTO_FOCUS = "#options-list"
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),
-        Binding("c", "cancel_smoke", "Cancel"),
+        Binding("u", "tune", "Tune"),
+        Binding("c", "cancel", "Cancel"),
         Binding("e", "export", "Export"),
         Binding("o", "tab('options')", "Options", show=False),
         Binding("r", "tab('resolution')", "Resolution", show=False),
         Binding("t", "tab('smoke')", "Smoke tab", show=False),
+        Binding("n", "tab('tune')", "Tune tab", show=False),
         Binding("g", "tab('system')", "GPU/backends", show=False),
         Binding("p", "retry_probe", "Probe again", show=False),
         Binding("question_mark", "help", "Help"),
@@ -106,8 +123,10 @@ class LtxTuiApp(App):
                  nvml_module: Any = None, smoke_runner: SmokeRunner | None = None,
                  env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
                  smoke_capability: capmod.Capability | None = None,
-                 prober: Callable[[], capmod.Capability] = probe_in_subprocess) -> None:
+                 prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner = default_tuner) -> None:
         super().__init__()
+        self.tuner = tuner
+        self.tuned: Tuned | None = None  # this machine's --tune measurements: `auto` follows them
         self.prober = prober
         self.profile_path = profile_path
         self.env = os.environ if env is None else env
@@ -140,6 +159,7 @@ class LtxTuiApp(App):
         self._polling = False
         self._nvml_paused_until = 0.0
         self._smoke_cancel: threading.Event | None = None
+        self._tune_cancel: threading.Event | None = None
         self._first_frame = self._gpus_shown = self._probing = False
 
     # --- layout ---------------------------------------------------------------------------
@@ -157,6 +177,8 @@ class LtxTuiApp(App):
                     yield ResolutionView(id="resolution-view")
                 with TabPane("Smoke", id="smoke"):
                     yield SmokePanel(id="smoke-panel")
+                with TabPane("Tune", id="tune"):
+                    yield TunePanel(id="tune-panel")
                 with TabPane("GPU/Backends", id="system"):
                     with VerticalScroll(id="system-scroll"):
                         yield GpuPanel(id="tab-gpu")
@@ -238,7 +260,8 @@ class LtxTuiApp(App):
         except Exception as e:  # shown in the banner with the retry key
             self.call_from_thread(self._probe_failed, str(e))
             return
-        self.call_from_thread(self._capability_ready, cap)
+        tuned = load_tuned(cap)  # a small file, read off the UI thread too
+        self.call_from_thread(self._capability_ready, cap, tuned)
 
     def _probe_failed(self, reason: str) -> None:
         self._probing = False
@@ -258,9 +281,12 @@ class LtxTuiApp(App):
         self._probing = True
         self._probe()
 
-    def _capability_ready(self, cap: capmod.Capability) -> None:
+    def _capability_ready(self, cap: capmod.Capability, tuned: Tuned | None = None) -> None:
         self._probing = False
         self.capability = cap
+        if tuned is not None:
+            self.tuned = tuned
+            self.query_one(TunePanel).show(tuned, f" (cached {tuned.written}; press u to tune again)")
         for panel in self.query(BackendsPanel):
             panel.show(cap)
         self._resolve()
@@ -270,7 +296,7 @@ class LtxTuiApp(App):
     def _resolve(self) -> None:
         if self.capability is None:
             return
-        self.decisions = resolve(self.profile, self.capability)
+        self.decisions = resolve(self.profile, self.capability, self._tuned_here())
         self.query_one(OptionsList).show(self.profile, self.decisions)
         self.query_one(ResolutionView).show(self.decisions)
         self._update_title()
@@ -292,6 +318,11 @@ class LtxTuiApp(App):
         else:  # the whole profile's invariants are checked in the dialog, before anything applies
             self.push_screen(ValueScreen(spec, current, lambda v: self.profile.replace(**{key: v})), apply)
 
+    def _tuned_here(self) -> Tuned | None:
+        """The measurements `auto` follows: this machine's, when the options are validated for it."""
+        live = self.capability is not None and self.capability.source == "live"
+        return self.tuned if live else None
+
     def set_option(self, key: str, value: Any) -> None:
         """Change one option of the profile and re-resolve (a value the profile refuses is reported)."""
         try:
@@ -310,7 +341,7 @@ class LtxTuiApp(App):
 
     # --- actions --------------------------------------------------------------------------
     FOCUS = {"options": "#options-list", "resolution": "#resolution-table", "smoke": "#smoke-table",
-             "system": "#system-scroll"}
+             "tune": "#tune-table", "system": "#system-scroll"}
 
     def action_tab(self, tab: str) -> None:
         if tab == "system" and self.screen.has_class("-wide"):  # already beside the tabs: no duplicate
@@ -338,12 +369,45 @@ class LtxTuiApp(App):
         self._smoke_cancel = threading.Event()
         self._run_smoke(self.profile, self._smoke_cancel)
 
-    def action_cancel_smoke(self) -> None:
-        if self._smoke_cancel is None:
-            self.notify("No smoke run to cancel.")
+    def action_cancel(self) -> None:
+        """Cancel the smoke run or the tune, whichever is going (both, if both are)."""
+        if self._smoke_cancel is None and self._tune_cancel is None:
+            self.notify("Nothing to cancel: no smoke run or tune is going.")
             return
-        self._smoke_cancel.set()
-        self.query_one("#smoke-status", Static).update(Text("cancelling…", style="yellow"))
+        for event, status in ((self._smoke_cancel, "#smoke-status"), (self._tune_cancel, "#tune-status")):
+            if event is not None:
+                event.set()
+                self.query_one(status, Static).update(Text("cancelling…", style="yellow"))
+
+    def action_tune(self) -> None:
+        if self._tune_cancel is not None:
+            self.notify("A tune is already going; press c to cancel it.", severity="warning")
+            return
+        self.action_tab("tune")
+        self._tune_cancel = threading.Event()
+        self.query_one(TunePanel).start(TUNE_SHAPES.label)
+        self._run_tune(self.profile, self._tune_cancel)
+
+    @work(thread=True, group="tune", exit_on_error=False)
+    def _run_tune(self, profile: Profile, cancel: threading.Event) -> None:
+        panel = self.query_one(TunePanel)
+        try:
+            here = self.capability is not None and self.capability.source == "live"
+            cap = self.capability if here else capmod.probe(nvml_module=self.nvml_module, env=self.env)
+            tuned = self.tuner(profile, cap, TUNE_SHAPES, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
+                               cancel)
+            self.call_from_thread(self._tuned_ready, tuned, here)
+        except Exception as e:
+            self.call_from_thread(panel.failed, f"Tune failed: {type(e).__name__}: {e}")
+        finally:
+            self._tune_cancel = None
+
+    def _tuned_ready(self, tuned: Tuned, here: bool) -> None:
+        self.tuned = tuned
+        note = "" if here else (" (measured on this machine; the options are validated for "
+                                f"{self.capability.source if self.capability else '?'}, so auto does not follow)")
+        self.query_one(TunePanel).show(tuned, note)
+        self._resolve()
 
     @work(thread=True, group="smoke", exit_on_error=False)
     def _run_smoke(self, profile: Profile, cancel: threading.Event) -> None:

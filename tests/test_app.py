@@ -485,3 +485,71 @@ async def test_value_dialog_checks_the_whole_profile():
         await pilot.press("escape")
         await pilot.pause()
         assert app.profile.parallel.devices is None
+
+
+class FakeTuner:
+    """Emits two candidates, then waits for the test (or the cancel) before the third."""
+
+    def __init__(self):
+        self.step = threading.Event()
+
+    def __call__(self, profile, cap, shapes, on_event, cancel):
+        from backends.machine.tuned import Candidate, Tuned
+
+        na = "diffvae.na_backend"
+        rows = [Candidate(na, "triton", "measured", 2.0, 1e-3), Candidate(na, "eager_sdpa", "measured", 80.0, 1e-3)]
+        for i, c in enumerate(rows):
+            on_event(i + 1, 3, c)
+        self.step.wait(10)
+        last = Candidate(na, "natten:hopper-fna", "skipped", reason="cancelled") if cancel.is_set() else \
+            Candidate(na, "natten:hopper-fna", "inaccurate", 1.0, 0.5, "[b]max error 0.5 > 0.02[/b]")
+        on_event(3, 3, last)
+        return Tuned(cap.fingerprint(), shapes.label, tuple(rows + [last]))
+
+
+async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
+    from dataclasses import replace
+
+    tuner = FakeTuner()
+    app = make_app(replace(preset("h100"), source="live"), tuner=tuner)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        assert app.query_one("TabbedContent").active == "tune"
+        assert app.focused is app.query_one("#tune-table")
+        bar = app.query_one("#tune-progress")
+        await wait_for(pilot, lambda: bar.progress == 2)
+        await pilot.press("o")  # the UI keeps working while the tune runs
+        assert app.query_one("TabbedContent").active == "options"
+        tuner.step.set()
+        await wait_for(pilot, lambda: app._tune_cancel is None)
+        table = app.query_one("#tune-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[1] for r in rows] == ["triton", "eager_sdpa", "natten:hopper-fna"]
+        assert rows[0][4].strip() == "█" and rows[1][4] == "█" * 16  # bars against the slowest
+        assert rows[2][2] == "inaccurate" and rows[2][6] == "[b]max error 0.5 > 0.02[/b]"  # shown literally
+        status = str(app.query_one("#tune-status", Static).render())
+        assert "chosen diffvae.na_backend = triton" in status
+        d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
+        assert d.effective == "triton" and "fastest measured here (768x512x121)" in d.chain[-1].reason
+
+
+async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_preset():
+    tuner = FakeTuner()
+    app = make_app("h100", tuner=tuner)  # options validated for a preset: another machine
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        bar = app.query_one("#tune-progress")
+        await wait_for(pilot, lambda: bar.progress == 2)
+        await pilot.press("c")
+        tuner.step.set()
+        await wait_for(pilot, lambda: app._tune_cancel is None)
+        table = app.query_one("#tune-table", DataTable)
+        assert str(table.get_row_at(2)[2]) == "skipped" and str(table.get_row_at(2)[6]) == "cancelled"
+        status = str(app.query_one("#tune-status", Static).render())
+        assert "auto does not follow" in status
+        d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
+        assert "fastest measured here" not in d.chain[-1].reason and "prior" in d.chain[-1].reason
+        await pilot.press("c")  # nothing left to cancel: said so, nothing breaks
+        await pilot.pause()

@@ -1,0 +1,65 @@
+"""Tune panel: progress, then a row per candidate with its time as a bar against the other values
+of its option; rows stay after a run or a cancel."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, ProgressBar, Static
+
+from backends.machine.tuned import Candidate, Tuned
+
+COLUMNS = ("option", "value", "status", "ms", "bar", "max error", "reason")
+BAR = 16
+STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
+
+
+def bar(c: Candidate, slowest: float | None) -> Text:
+    """A bar as long as `c`'s time against the slowest measured value of its option."""
+    if c.ms is None or not slowest:
+        return Text("")
+    n = max(1, round(BAR * c.ms / slowest))
+    return Text("█" * n + " " * (BAR - n), style="green" if c.status == "measured" else "red")
+
+
+class TunePanel(Vertical):
+    BORDER_TITLE = "Tune"
+
+    def compose(self) -> ComposeResult:
+        yield Static("press u to time each value of the speed options on this GPU (768x512x121; "
+                     "`ltx-tui --tune` for other shapes)", id="tune-status")
+        yield ProgressBar(total=1, show_eta=False, id="tune-progress")
+        table = DataTable(id="tune-table", cursor_type="row")
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        yield table
+
+    def start(self, label: str) -> None:
+        self.query_one(DataTable).clear()
+        self.query_one(ProgressBar).update(total=1, progress=0)
+        self.query_one("#tune-status", Static).update(Text(f"tuning {label}: each candidate in a subprocess — "
+                                                           "press c to cancel"))
+
+    def progress(self, done: int, total: int, c: Candidate | None) -> None:
+        self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
+        if c is not None and c.status != "skipped":
+            self.query_one("#tune-status", Static).update(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
+
+    def show(self, tuned: Tuned, note: str = "") -> None:
+        """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
+        table = self.query_one(DataTable)
+        table.clear()
+        chosen = tuned.chosen()
+        for c in tuned.candidates:
+            ranked = [x.ms for x in tuned.candidates if x.option == c.option and x.ms is not None]
+            value = Text(c.value, style="bold" if chosen.get(c.option) == c.value else "")
+            table.add_row(Text(c.option), value, Text(c.status, style=STYLE.get(c.status, "")),
+                          "-" if c.ms is None else f"{c.ms:.3f}", bar(c, max(ranked, default=None)),
+                          "-" if c.max_error is None else f"{c.max_error:.2e}", Text(c.reason))
+        picked = ", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"
+        self.query_one("#tune-status", Static).update(Text(f"{tuned.shapes}: chosen {picked}{note}",
+                                                           style="green" if chosen else "yellow"))
+
+    def failed(self, message: str) -> None:
+        self.query_one("#tune-status", Static).update(Text(message, style="red"))
