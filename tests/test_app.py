@@ -526,8 +526,8 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         table = app.query_one("#tune-table", DataTable)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         assert [r[1] for r in rows] == ["triton", "eager_sdpa", "natten:hopper-fna"]
-        assert rows[0][4].strip() == "█" and rows[1][4] == "█" * 16  # bars against the slowest
-        assert rows[2][2] == "inaccurate" and rows[2][6] == "[b]max error 0.5 > 0.02[/b]"  # shown literally
+        assert rows[0][2].strip() == "█" and rows[1][2] == "█" * 16  # bars against the slowest
+        assert rows[2][4] == "inaccurate" and rows[2][6] == "[b]max error 0.5 > 0.02[/b]"  # shown literally
         status = str(app.query_one("#tune-status", Static).render())
         assert "chosen diffvae.na_backend = triton" in status
         d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
@@ -546,9 +546,9 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         tuner.step.set()
         await wait_for(pilot, lambda: app._tune_cancel is None)
         table = app.query_one("#tune-table", DataTable)
-        assert str(table.get_row_at(2)[2]) == "skipped" and str(table.get_row_at(2)[6]) == "cancelled"
+        assert str(table.get_row_at(2)[4]) == "skipped" and str(table.get_row_at(2)[6]) == "cancelled"
         status = str(app.query_one("#tune-status", Static).render())
-        assert "auto does not follow" in status
+        assert "auto does not follow" in status and status.startswith("cancelled")
         d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
         assert "fastest measured here" not in d.chain[-1].reason and "prior" in d.chain[-1].reason
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks

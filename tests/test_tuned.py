@@ -81,6 +81,8 @@ def test_cache_round_trip_and_latest_entry():
     assert load_tuned(cap, "768x512x121").ranked(NA)[0].ms == 4.0
     assert load_tuned(cap).shapes == "1536x1024x121"  # the most recent
     assert load_tuned(cap, "64x64x9") is None
+    store_tuned(cap, T(cap, (NA, "triton", "skipped", None, None, "cancelled"), shapes="256x224x17"))
+    assert load_tuned(cap).shapes == "1536x1024x121"  # a run that measured nothing does not hide the others
 
 
 def test_stale_or_broken_caches_are_ignored(cache_home):

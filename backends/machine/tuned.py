@@ -129,16 +129,16 @@ def _from_entry(cap: Capability, entry: Any) -> Tuned | None:
 
 
 def load_tuned(cap: Capability, shapes: str | None = None) -> Tuned | None:
-    """This machine's measurements for run shape `shapes` (default: the most recently tuned one);
+    """This machine's measurements for run shape `shapes` (default: the most recently tuned one
+    with a measurement);
     None for another machine's capability (a preset or file), or when nothing valid is cached."""
     if cap.source != "live":
         return None
     entries = _read(cap)
     if shapes is not None:
         return _from_entry(cap, entries.get(shapes))
-    latest = max(entries.values(), key=lambda e: str(e.get("written", "")) if isinstance(e, dict) else "",
-                 default=None)
-    return _from_entry(cap, latest) if latest is not None else None
+    usable = [t for t in (_from_entry(cap, e) for e in entries.values()) if t is not None and t.chosen()]
+    return max(usable, key=lambda t: t.written, default=None)
 
 
 def store_tuned(cap: Capability, tuned: Tuned) -> Path:

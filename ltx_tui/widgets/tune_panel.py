@@ -10,7 +10,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from backends.machine.tuned import Candidate, Tuned
 
-COLUMNS = ("option", "value", "status", "ms", "bar", "max error", "reason")
+COLUMNS = ("option", "value", "bar", "ms", "status", "max error", "reason")
 BAR = 16
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
@@ -51,15 +51,19 @@ class TunePanel(Vertical):
         table = self.query_one(DataTable)
         table.clear()
         chosen = tuned.chosen()
-        for c in tuned.candidates:
+        options = list(dict.fromkeys(c.option for c in tuned.candidates))
+        # per option: what was timed first, then what was not (and why)
+        for c in sorted(tuned.candidates, key=lambda c: (options.index(c.option), c.status == "skipped")):
             ranked = [x.ms for x in tuned.candidates if x.option == c.option and x.ms is not None]
             value = Text(c.value, style="bold" if chosen.get(c.option) == c.value else "")
-            table.add_row(Text(c.option), value, Text(c.status, style=STYLE.get(c.status, "")),
-                          "-" if c.ms is None else f"{c.ms:.3f}", bar(c, max(ranked, default=None)),
+            table.add_row(Text(c.option), value, bar(c, max(ranked, default=None)),
+                          "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
                           "-" if c.max_error is None else f"{c.max_error:.2e}", Text(c.reason))
         picked = ", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"
-        self.query_one("#tune-status", Static).update(Text(f"{tuned.shapes}: chosen {picked}{note}",
-                                                           style="green" if chosen else "yellow"))
+        cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
+        head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
+        self.query_one("#tune-status", Static).update(Text(f"{head}: chosen {picked}{note}",
+                                                           style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
         self.query_one("#tune-status", Static).update(Text(message, style="red"))
