@@ -6,6 +6,7 @@ profile error, 3 internal error, 130 interrupted (workers are killed with their 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -16,11 +17,12 @@ from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.machine import capability as capmod
-from backends.machine.tuned import Candidate, Tuned
+from backends.machine.tuned import Candidate, Tuned, load_quick
 from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
 from backends.tune.run import tune
 
 TUNE_SCHEMA_VERSION = 1
+AUTO_OPTIONS = ("diffvae.na_backend", "transformer.attention")  # the tuned options that have an auto value
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
 
 
@@ -93,6 +95,14 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
             return usage(f"profile error: {e}")
         for w in warnings:
             print(w, file=stderr)
+    t0 = time.monotonic()
+    if not fresh and not output:  # all of it cached: shown without probing (no torch import, no CUDA)
+        hit = load_quick(shapes.label)
+        if hit is not None and complete(hit, keys):
+            auto = {o: v.split(":")[0] for o, v in hit.chosen().items() if o in AUTO_OPTIONS}
+            cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)
+            return _report(hit, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, cached,
+                           "all from the cache, found without probing")
     cap = capmod.probe()
     gpu = f"{cap.gpus[0].name} ({cap.gpus[0].sm})" if cap.cuda else "CPU (no CUDA device)"
     if not as_json:
@@ -104,33 +114,49 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
             ms = f" {c.ms:.3f} ms" if c.ms is not None else ""
             print(f"  [{done}/{total}] {c.option} = {c.value}: {c.status}{ms}", file=stderr, flush=True)
 
-    t0 = time.monotonic()
     before = _cached_count(cap, shapes, keys, fresh)
     tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, on_event=progress)
-    seconds = time.monotonic() - t0
     plan = resolve(profile, cap, tuned)
     auto = {d.option: d.effective for d in plan if d.option in keys and str(d.requested) in ("auto", "automatic")}
-    chosen = tuned.chosen()
-    code = EXIT_OK if chosen else EXIT_NOTHING
     if output:
         try:
-            profmod.save(pinned(profile, chosen), output, capability=cap, overwrite=True)
+            profmod.save(pinned(profile, tuned.chosen()), output, capability=cap, overwrite=True)
         except (OSError, profmod.ProfileError) as e:
             return usage(f"--output {output}: cannot write ({getattr(e, 'strerror', None) or e})")
+    code = _report(tuned, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, before,
+                   f"{before} from the cache{', --fresh' if fresh else ''}", {o: plan[o].chain[-1].reason for o in auto})
+    if output and not as_json:
+        print(f"wrote {output} with the chosen values pinned", file=stdout)
+    return code
+
+
+def complete(tuned: Tuned, keys: tuple[str, ...]) -> bool:
+    """Whether `tuned` has every option of `keys`, none of it cut short by a budget or a cancel."""
+    return all(any(c.option == k for c in tuned.candidates) for k in keys) and not any(
+        c.option in keys and c.status == "skipped" and c.reason.startswith(("budget", "cancelled"))
+        for c in tuned.candidates)
+
+
+def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, seconds: float, as_json: bool,
+            stdout: TextIO, from_cache: int, cached_note: str, reasons: dict | None = None) -> int:
+    """Print the tune (text table or JSON); returns the exit code."""
+    chosen = {k: v for k, v in tuned.chosen().items() if k in keys}
+    code = EXIT_OK if chosen else EXIT_NOTHING
+    rows = [c for c in tuned.candidates if c.option in keys]
     if as_json:
-        json.dump(to_json(tuned, shapes, seconds, before, auto, code), stdout, indent=2)
+        doc = to_json(dataclasses.replace(tuned, candidates=tuple(rows)), shapes, seconds, from_cache, auto, code)
+        json.dump(doc, stdout, indent=2)
         stdout.write("\n")
         return code
     print(f"\n  {'option':<25} {'value':<27} {'status':<10} {'ms':>10} {'max err':>9}", file=stdout)
-    for c in tuned.candidates:
+    for c in rows:
         print(candidate_line(c, chosen.get(c.option) == c.value and c.status == "measured"), file=stdout)
     print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"), file=stdout)
     for option, value in auto.items():
-        print(f"auto:   {option} auto -> {value} ({plan[option].chain[-1].reason})", file=stdout)
-    print(f"tuned in {seconds:.1f} s ({len(tuned.candidates)} candidates, {before} from the cache"
-          f"{'' if not fresh else ', --fresh'}); " + "; ".join(tuned.notes), file=stdout)
-    if output:
-        print(f"wrote {output} with the chosen values pinned", file=stdout)
+        why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
+        print(f"auto:   {option} auto -> {value} ({why})", file=stdout)
+    print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note}); " + "; ".join(tuned.notes),
+          file=stdout)
     return code
 
 

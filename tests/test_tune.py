@@ -108,7 +108,7 @@ def test_budget_and_cancel_skip_with_a_reason(fake_worker):
     assert timed and all(c.status == "skipped" for c in timed)
 
 
-def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path):
+def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatch):
     args = ["--tune", "--options", "transformer.attention", "--resolution", "256x224", "--frames", "17", "--json"]
     code = main(args + ["--output", str(tmp_path / "tuned.toml")])
     doc = json.loads(capsys.readouterr().out)
@@ -120,11 +120,22 @@ def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path):
     assert doc["shapes"]["dit"]["tokens"] == 3 * 7 * 8  # latent frames x H/32 x W/32
     assert doc["auto"]["transformer.attention"] == doc["chosen"]["transformer.attention"]
     assert f'attention = "{doc["chosen"]["transformer.attention"]}"' in (tmp_path / "tuned.toml").read_text()
+    import ltx_tui.tune as tunecli
+
+    def no_probe():
+        raise AssertionError("a cached re-run must not probe (torch, CUDA)")
+
+    monkeypatch.setattr(tunecli.capmod, "probe", no_probe)
     t0 = time.monotonic()
     code = main(args)
     again = json.loads(capsys.readouterr().out)
     assert code == 0 and again["from_cache"] == 2 and again["chosen"] == doc["chosen"]
     assert time.monotonic() - t0 < 2
+    assert again["capability_fingerprint"] == doc["capability_fingerprint"]
+    # what the quick key cannot match (another CUDA_VISIBLE_DEVICES here) is probed and measured again
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(AssertionError, match="must not probe"):
+        main(args)
 
 
 def test_check_resolves_auto_from_this_machines_measurements(capsys):

@@ -10,12 +10,16 @@ an unreadable one too (the next tune rewrites it).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
+import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends.machine.capability import Capability
+from backends.machine.capability import Capability, read_nvml
+from backends.machine.nvml import NvmlSession
 from backends.machine.textfile import FileProblem, read_bounded, write_atomically
 
 SCHEMA_VERSION = 1
@@ -104,6 +108,57 @@ def _key(cap: Capability) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "ltx_tui": _version(), "fingerprint": cap.fingerprint()}
 
 
+QUICK_DISTS = ("torch", "triton", "natten", "flash-attn", "flash-attn-3", "nvidia-cutlass-dsl", "ltx-kernels",
+               "ltx-core", "ltx-tui")
+
+
+def quick_key(env: dict | None = None) -> str:
+    """A key for this machine found without importing torch (NVML and package metadata only):
+    the GPUs' models and memory, the driver, CUDA_VISIBLE_DEVICES and the versions of the
+    packages that decide speed. A cached tune is shown from it in well under a second; a change
+    it cannot see (a rebuilt package of the same version) needs `--tune --fresh`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    env = dict(os.environ if env is None else env)
+    session = NvmlSession()
+    try:
+        info, _, gpus = read_nvml(session, env, timeout=5.0)
+    finally:
+        session.close()
+    versions = {}
+    for dist in QUICK_DISTS:
+        try:
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            versions[dist] = None
+    blob = json.dumps({"gpus": [(g.name, g.memory_total) for g in gpus], "driver": info.driver_version,
+                       "visible": env.get("CUDA_VISIBLE_DEVICES"), "versions": versions,
+                       "python": sys.version_info[:2], "platform": sys.platform}, sort_keys=True, default=str)
+    return "quick:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_quick(shapes: str, env: dict | None = None) -> Tuned | None:
+    """The cached tune of run shape `shapes` of the machine `quick_key()` finds, or None."""
+    key = quick_key(env)
+    try:
+        paths = sorted(cache_dir().glob("sha256-*.json"))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            data = json.loads(read_bounded(path, CACHE_LIMIT))
+        except (FileProblem, ValueError):
+            continue
+        if (not isinstance(data, dict) or data.get("quick_key") != key or data.get("schema_version") != SCHEMA_VERSION
+                or data.get("ltx_tui") != _version() or not isinstance(data.get("entries"), dict)):
+            continue
+        entry = data["entries"].get(shapes)
+        tuned = _from_entry(str(data.get("fingerprint")), entry) if entry is not None else None
+        if tuned is not None:
+            return tuned
+    return None
+
+
 def _read(cap: Capability) -> dict[str, Any]:
     """The cache file's entries for `cap`, {} when there is none or it is stale or unreadable."""
     try:
@@ -116,15 +171,15 @@ def _read(cap: Capability) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
-def _from_entry(cap: Capability, entry: Any) -> Tuned | None:
+def _from_entry(fingerprint: str, entry: Any) -> Tuned | None:
     try:
         candidates = tuple(Candidate(**c) for c in entry["candidates"])
         if any(c.status not in STATUSES or (c.status == "measured" and not isinstance(c.ms, (int, float)))
                for c in candidates):
             return None
-        return Tuned(cap.fingerprint(), str(entry["shapes"]), candidates, str(entry.get("written", "")),
+        return Tuned(fingerprint, str(entry["shapes"]), candidates, str(entry.get("written", "")),
                      entry.get("budget_s"), tuple(entry.get("notes", ())))
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         return None
 
 
@@ -136,8 +191,8 @@ def load_tuned(cap: Capability, shapes: str | None = None) -> Tuned | None:
         return None
     entries = _read(cap)
     if shapes is not None:
-        return _from_entry(cap, entries.get(shapes))
-    usable = [t for t in (_from_entry(cap, e) for e in entries.values()) if t is not None and t.chosen()]
+        return _from_entry(cap.fingerprint(), entries.get(shapes))
+    usable = [t for t in (_from_entry(cap.fingerprint(), e) for e in entries.values()) if t is not None and t.chosen()]
     return max(usable, key=lambda t: t.written, default=None)
 
 
@@ -148,5 +203,6 @@ def store_tuned(cap: Capability, tuned: Tuned) -> Path:
     entries = _read(cap)
     written = tuned.written or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     entries[tuned.shapes] = dict(tuned.to_dict(), written=written)
-    write_atomically(path, json.dumps(dict(_key(cap), entries=entries), indent=1).encode(), overwrite=True)
+    data = dict(_key(cap), quick_key=quick_key(), entries=entries)
+    write_atomically(path, json.dumps(data, indent=1).encode(), overwrite=True)
     return path
