@@ -157,7 +157,7 @@ def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype)
     with torch.device(device):
         model = LTXModel(model_type=LTXModelType.VideoOnly, num_layers=2, num_attention_heads=S.DIT_HEADS,
                          attention_head_dim=S.DIT_HEAD_DIM, cross_attention_dim=S.DIT_HEADS * S.DIT_HEAD_DIM)
-    model = ltx2.wake_zero_tables(model.eval()).to(dtype)
+    model = ltx2.wake_zero_tables(model.eval()).to(device=device, dtype=dtype)  # buffers made on the CPU too
     inputs = ltx2.transformer_inputs(tokens=shapes.dit_tokens, context=S.TEXT_TOKENS, device=device, dtype=dtype,
                                      channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False)
     with torch.inference_mode():
@@ -186,7 +186,7 @@ def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype,
     with torch.device(device):
         base = DiffusionVideoDecoder(head_dim=S.VAE_HEAD_DIM, stage_channels=(*S.VAE_STAGE_CHANNELS, S.VAE_STAGE5[0]),
                                      stage_depths=(*S.VAE_STAGE_DEPTHS, S.VAE_STAGE5[1]))
-    base = ltx2.wake_zero_tables(base.eval()).to(dtype)
+    base = ltx2.wake_zero_tables(base.eval()).to(device=device, dtype=dtype)  # its timestep table is made on the CPU
     g = torch.Generator(device).manual_seed(0)
     latent = _rand((shapes.batch, 128, *shapes.latent), device, dtype, g)
 
