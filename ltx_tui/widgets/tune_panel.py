@@ -27,7 +27,7 @@ class TunePanel(Vertical):
     BORDER_TITLE = "Tune"
 
     def compose(self) -> ComposeResult:
-        yield Static("press u to time each value of the speed options on this GPU (768x512x121; "
+        yield Static("press u to time each value of the speed options on this machine (768x512x121; "
                      "`ltx-tui --tune` for other shapes)", id="tune-status")
         yield ProgressBar(total=1, show_eta=False, id="tune-progress")
         table = DataTable(id="tune-table", cursor_type="row")
