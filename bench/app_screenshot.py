@@ -22,7 +22,7 @@ async def shoot(out: Path, size: tuple[int, int]) -> None:
         await pilot.pause(1.5)  # a few NVML readings for the sparklines
         print(f"{size}: capability {'ready' if app.capability else 'missing'} after "
               f"{time.monotonic() - t0:.1f} s; {app.sub_title}")
-        for key in ("o", "r", "g"):
+        for key in ("o", "r", "n", "g"):
             await pilot.press(key)
             await pilot.pause(0.3)
             app.save_screenshot(str(out / f"app_{size[0]}x{size[1]}_{key}.svg"))
