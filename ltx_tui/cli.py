@@ -71,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune", action="store_true",
                       help="time every runnable value of the speed options at an LTX-2 run's shapes, each in a "
                       "subprocess; cache the results (auto then picks the fastest measured) and exit")
-    tune.add_argument("--resolution", default="768x512", metavar="WxH", help="the run's width x height (default 768x512)")
-    tune.add_argument("--frames", type=_positive_int, default=121, metavar="N", help="the run's frames, 8k+1 (default 121)")
-    tune.add_argument("--batch", type=_positive_int, default=1, metavar="B", help="the run's batch (default 1)")
-    tune.add_argument("--budget", type=_seconds, default=90.0, metavar="S",
+    tune.add_argument("--resolution", metavar="WxH", help="the run's width x height (default 768x512)")
+    tune.add_argument("--frames", type=_positive_int, metavar="N", help="the run's frames, 8k+1 (default 121)")
+    tune.add_argument("--batch", type=_positive_int, metavar="B", help="the run's batch (default 1)")
+    tune.add_argument("--budget", type=_seconds, metavar="S",
                       help="seconds of measuring (default 90); what does not fit is reported as skipped")
     tune.add_argument("--options", metavar="KEYS",
                       help="comma-separated options to tune, or 'all' (default: diffvae.na_backend, "
@@ -91,14 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")
+    tune_only = [f"--{n}" for n in ("resolution", "frames", "batch", "budget", "options")
+                 if getattr(args, n) is not None] + (["--fresh"] if args.fresh else [])
+    if tune_only and not args.tune:
+        parser.error(f"{', '.join(tune_only)} go{'es' if len(tune_only) == 1 else ''} with --tune")
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
                          "--options, --fresh, --json, --output)")
         from ltx_tui.tune import run_tune
 
-        return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution,
-                        frames=args.frames, batch=args.batch, budget=args.budget, options=args.options,
+        return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution or "768x512",
+                        frames=args.frames or 121, batch=args.batch or 1, budget=args.budget or 90.0, options=args.options,
                         fresh=args.fresh, as_json=args.json, output=args.output)
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities

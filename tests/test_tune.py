@@ -169,10 +169,13 @@ def test_cli_tune_usage_errors(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_cli_tune_refuses_other_modes(capsys):
+@pytest.mark.parametrize("argv, message", [(["--tune", "--check"], "--tune runs on its own"),
+                                           (["--check", "--budget", "5"], "--budget goes with --tune"),
+                                           (["--frames", "9", "--fresh"], "--frames, --fresh go with --tune")])
+def test_cli_tune_flags_go_with_tune(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
-        main(["--tune", "--check"])
-    assert e.value.code == 2 and "--tune runs on its own" in capsys.readouterr().err
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.fixture
