@@ -1,0 +1,186 @@
+"""Will it fit? A per-stage GPU memory plan of an LTX-2 v1.2.0 run, before anything runs (pure data).
+
+Stages run one after another (LTX-2's pipelines load each model for its stage), so each stage's
+peak is its resident weights plus its own working set; the run's peak is the largest.
+
+- text encoder: Gemma 3 12B's language model in bf16 (hidden 3840, 48 layers, MLP 15360, 16
+  query heads and 8 KV heads of 256, vocabulary 262144: the public gemma-3-12b config that
+  ltx-core's `encoder_configurator.py` reads `hidden_size`/`num_hidden_layers` from), plus
+  its activations over 1024 tokens (small). Not yet measured on a GPU.
+- DiT: weights by quantization and offload: the 48 blocks of 386,074,624 parameters (385,875,968
+  of them in the block linears fp8-cast/int8 store in one byte; formulas below) and 300,015,872
+  outside the blocks (patchify, AdaLN, caption projections, output; counted from
+  `LTXModel()` on the meta device); with offload only `gpu_slots` blocks are resident. Working
+  set: tokens x width x 2 bytes x DIT_ACT (the hidden state, q/k/v, the attention output and the
+  4x feed-forward of one block); CUDA-graph compile modes keep a second copy in the graph pool.
+  DIT_ACT is an estimate, not yet checked on a GPU.
+- DiffVAE decode: LTX-2's own heuristic (`diffusion_tiling.py`): the stage-4 input feature +
+  an RGB accumulator of 2 x frames + stage-5 tokens x 128 channels x 2 bytes x a coefficient by
+  mode, plus the decoder's 104.8 M bf16 weights. The coefficients are fitted to this project's
+  H200 measurements of LTX-2's real decoder at 768x512x121 and predict 1536x1024x121 within
+  3% (bench/RESULTS.md): chunked_eager 5.04 (LTX-2 uses 5), chunked_compile 5.27,
+  combined_compile 9.28 (LTX-2 uses 11 for its natten path); blackwell_dsl LTX-2's 2.5.
+  Tiled decode (a fix): the stage-5 tokens of one of N spatial tiles, x1.15 for the overlap
+  (an estimate); the stage-4 feature and the accumulator stay full size, as in LTX-2's tiling.
+- The latent upsampler of the two-stage pipelines is not modelled yet.
+
+Block parameter formulas (d = 4096 video width, a = 2048 audio width; weights + biases + the
+q/k RMS norms; `ltx_core/model/transformer/transformer.py` and `attention.py`): video self- and
+cross-attention 4d^2 + 6d each; feed-forward (4x) 8d^2 + 5d; audio self- and cross-attention
+4a^2 + 6a each; audio feed-forward 8a^2 + 5a; audio-to-video attention (q from video, k/v
+audio, out to video) 2da + 2a^2 + (3a + d) + 2a; video-to-audio 2a^2 + 2da + 4a + 2a; AdaLN
+tables 6d + 6a + 5a + 5d. Total 386,074,624 per block, as LTX-2's own LTXModel counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from backends.config import ltx2_shapes as S
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+
+GIB = 1 << 30
+BF16 = 2
+AUDIO_WIDTH = 2048
+DIT_OUTSIDE_BLOCKS = 300_015_872
+DIT_ACT = 14  # working set of one block, in units of tokens x width x 2 bytes (estimate)
+VAE_PARAMS = 104_800_000
+VAE_COEF = {"chunked_eager": 5.04, "chunked_compile": 5.27, "combined_compile": 9.28, "blackwell_dsl": 2.5}
+GEMMA = {"hidden": 3840, "layers": 48, "mlp": 15360, "q_heads": 16, "kv_heads": 8, "head_dim": 256, "vocab": 262144}
+ONE_BYTE = {"fp8-cast", "fp8-scaled-mm", "fp8-blockwise", "int8-w8a8"}
+HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
+CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
+TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (estimate)
+
+
+def block_params() -> tuple[int, int]:
+    """(all parameters of one LTX-2 transformer block, those in its block linears)."""
+    d, a = S.DIT_HEADS * S.DIT_HEAD_DIM, AUDIO_WIDTH
+    attn, ff = 4 * d * d + 6 * d, 8 * d * d + 5 * d
+    audio_attn, audio_ff = 4 * a * a + 6 * a, 8 * a * a + 5 * a
+    a2v = 2 * d * a + 2 * a * a + (3 * a + d) + 2 * a  # q from video, k/v from audio, out to video
+    v2a = 2 * a * a + 2 * d * a + 4 * a + 2 * a
+    tables = 6 * d + 6 * a + 5 * a + 5 * d
+    total = 2 * attn + ff + 2 * audio_attn + audio_ff + a2v + v2a + tables
+    biases_norms = 2 * 6 * d + 5 * d + 2 * 6 * a + 5 * a + (3 * a + d) + 2 * a + 4 * a + 2 * a
+    return total, total - tables - biases_norms
+
+
+def gemma_params() -> int:
+    g = GEMMA
+    attn = g["hidden"] * g["head_dim"] * (2 * g["q_heads"] + 2 * g["kv_heads"])
+    return g["vocab"] * g["hidden"] + g["layers"] * (attn + 3 * g["hidden"] * g["mlp"])
+
+
+@dataclass(frozen=True)
+class StagePeak:
+    stage: str
+    peak_bytes: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    shapes: RunShapes
+    stages: tuple[StagePeak, ...]
+    free_bytes: int | None
+    fixes: tuple[tuple[str, int], ...] = field(default=())
+
+    @property
+    def peak(self) -> StagePeak:
+        return max(self.stages, key=lambda s: s.peak_bytes)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.free_bytes is None else self.peak.peak_bytes <= self.free_bytes
+
+    def verdict(self) -> str:
+        peak = self.peak
+        if self.free_bytes is None:
+            return f"peak {peak.peak_bytes / GIB:.1f} GiB in {peak.stage} (free GPU memory unknown)"
+        spare = self.free_bytes - peak.peak_bytes
+        if spare >= 0:
+            return f"fits with {spare / GIB:.1f} GiB to spare (peak {peak.stage}, {peak.peak_bytes / GIB:.1f} GiB)"
+        return f"does not fit: {peak.stage} needs {-spare / GIB:.1f} GiB more ({peak.peak_bytes / GIB:.1f} GiB)"
+
+    def to_dict(self) -> dict:
+        return {"stages": [{"stage": s.stage, "peak_bytes": s.peak_bytes, "detail": s.detail} for s in self.stages],
+                "peak_bytes": self.peak.peak_bytes, "peak_stage": self.peak.stage, "free_bytes": self.free_bytes,
+                "fits": self.fits, "verdict": self.verdict(),
+                "fixes": [{"change": c, "peak_bytes": b} for c, b in self.fixes]}
+
+
+def _text_encoder() -> StagePeak:
+    params = gemma_params()
+    act = S.TEXT_TOKENS * GEMMA["hidden"] * BF16 * 16
+    return StagePeak("text encoder", params * BF16 + act,
+                     f"Gemma 3 12B language model {params / 1e9:.2f} B params bf16 + activations of "
+                     f"{S.TEXT_TOKENS} tokens")
+
+
+def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
+    total, linears = block_params()
+    q = profile.transformer.quantization.value
+    per_linear = 1.0 if q in ONE_BYTE else 0.5 if q in HALF_BYTE else BF16
+    block_bytes = int(linears * per_linear + (total - linears) * BF16)
+    offload = profile.offload.mode.value != "none"
+    resident = min(profile.offload.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
+    weights = resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
+    tokens = shapes.batch * shapes.dit_tokens
+    act = tokens * shapes.dit_width * BF16 * DIT_ACT
+    graphs = profile.compile.enabled and (profile.compile.mode.value in CUDA_GRAPH_MODES or profile.compile.capture)
+    if graphs:
+        act *= 2
+    where = f"{resident} of {S.DIT_LAYERS} blocks resident ({profile.offload.mode.value} offload)" if offload \
+        else f"{S.DIT_LAYERS} blocks resident"
+    return StagePeak("DiT denoising", weights + act,
+                     f"weights {weights / GIB:.1f} GiB ({q}; {where}) + activations {act / GIB:.1f} GiB "
+                     f"({tokens} tokens x {shapes.dit_width}{', x2 for the CUDA-graph pool' if graphs else ''})")
+
+
+def _decode(profile: Profile, shapes: RunShapes, tiles: int = 1) -> StagePeak:
+    mode = profile.diffvae.mode.value
+    stage4 = next(s for s in shapes.na_stages() if s.name == "stage 4")
+    stage5 = next(s for s in shapes.na_stages() if s.name == "stage 5")
+    feature = stage4.tokens * S.VAE_STAGE_CHANNELS[3] * BF16 * shapes.batch
+    accumulator = shapes.height * shapes.width * 2 * shapes.frames * 3 * BF16 * shapes.batch
+    tokens = stage5.tokens * shapes.batch * (1 if tiles == 1 else TILE_HALO / tiles)
+    work = int(tokens * S.VAE_STAGE5[0] * BF16 * VAE_COEF[mode])
+    weights = VAE_PARAMS * BF16
+    tiled = f" in {tiles} spatial tiles" if tiles > 1 else ""
+    return StagePeak("DiffVAE decode", weights + feature + accumulator + work,
+                     f"{mode}{tiled}: stage-5 {int(tokens)} tokens x {S.VAE_STAGE5[0]} ch x coef "
+                     f"{VAE_COEF[mode]:g} ({work / GIB:.1f} GiB) + stage-4 feature {feature / GIB:.2f} GiB + "
+                     f"accumulator {accumulator / GIB:.2f} GiB + weights {weights / GIB:.2f} GiB")
+
+
+def _stages(profile: Profile, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
+    return _text_encoder(), _dit(profile, shapes), _decode(profile, shapes, tiles)
+
+
+# fixes: what to change -> (profile, shapes, decode tiles)
+FIXES = (
+    ("transformer.quantization = fp8-cast",
+     lambda p, s: (p.replace(**{"transformer.quantization": "fp8-cast"}), s, 1)),
+    ("offload.mode = cpu (gpu_slots 2)",
+     lambda p, s: (p.replace(**{"offload.mode": "cpu", "offload.gpu_slots": 2}), s, 1)),
+    ("diffvae.mode = chunked_eager", lambda p, s: (p.replace(**{"diffvae.mode": "chunked_eager"}), s, 1)),
+    ("tiled decode, 2x2 spatial tiles (LTX-2's decode tiling)", lambda p, s: (p, s, 4)),
+    ("batch 1", lambda p, s: (p, replace(s, batch=1), 1)),
+)
+
+
+def plan_memory(profile: Profile, shapes: RunShapes, free_bytes: int | None) -> MemoryPlan:
+    """The per-stage peaks of `profile` at `shapes`, and the fixes that lower the peak, best first."""
+    stages = _stages(profile, shapes)
+    peak = max(s.peak_bytes for s in stages)
+    fixes = []
+    for change, apply in FIXES:
+        p, s, tiles = apply(profile, shapes)
+        if (p, s, tiles) == (profile, shapes, 1):
+            continue
+        new = max(x.peak_bytes for x in _stages(p, s, tiles))
+        if new < peak:
+            fixes.append((change, new))
+    return MemoryPlan(shapes, stages, free_bytes, tuple(sorted(fixes, key=lambda f: f[1])))

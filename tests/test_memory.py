@@ -1,0 +1,85 @@
+"""The per-stage memory plan: LTX-2's parameter counts, the decode model against the H200
+measurements it was fitted to and predicts, and the fixes."""
+
+import pytest
+
+from backends.config import memory as M
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+
+GIB = 1 << 30
+
+
+def P(**kw):
+    return Profile().replace(**{k.replace("__", "."): v for k, v in kw.items()})
+
+
+def test_block_parameters_follow_the_formulas():
+    assert M.block_params() == (386_074_624, 385_875_968)
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_parameter_counts_are_ltx2s_own():
+    import torch
+    from ltx_core.model.transformer.model import LTXModel
+
+    with torch.device("meta"):
+        model = LTXModel()
+    from backends.runtime.quant import in_scope
+
+    block = model.transformer_blocks[0]
+    linears = sum(m.weight.numel() for n, m in block.named_modules()  # what LTX-2's fp8-cast stores in fp8
+                  if isinstance(m, torch.nn.Linear) and in_scope(f"transformer_blocks.0.{n}", "ltx2-blocks"))
+    assert M.block_params() == (sum(p.numel() for p in block.parameters()), linears)
+    assert len(model.transformer_blocks) == 48
+    outside = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.transformer_blocks.parameters())
+    assert outside == M.DIT_OUTSIDE_BLOCKS
+
+
+# bench/ltx2_decode.py on the H200 (bench/RESULTS.md): the decode's own memory (act GiB), per mode
+MEASURED = {("chunked_eager", 768, 512): 4.31, ("chunked_eager", 1536, 1024): 17.24,
+            ("chunked_compile", 768, 512): 4.47, ("chunked_compile", 1536, 1024): 17.40,
+            ("combined_compile", 768, 512): 7.31, ("combined_compile", 1536, 1024): 29.23}
+
+
+@pytest.mark.parametrize("mode, w, h", list(MEASURED))
+def test_decode_model_matches_the_h200_measurements(mode, w, h):
+    stage = next(s for s in M.plan_memory(P(diffvae__mode=mode), RunShapes(w, h, 121), None).stages
+                 if s.stage == "DiffVAE decode")
+    predicted = (stage.peak_bytes - M.VAE_PARAMS * M.BF16) / GIB  # act GiB excludes the weights
+    assert abs(predicted / MEASURED[mode, w, h] - 1) < 0.04, (predicted, MEASURED[mode, w, h])
+
+
+def test_dit_weights_follow_quantization_and_offload():
+    shapes = RunShapes(768, 512, 121)
+
+    def dit(profile):
+        return next(s for s in M.plan_memory(profile, shapes, None).stages if s.stage == "DiT denoising")
+
+    bf16, fp8 = dit(P()), dit(P(transformer__quantization="fp8-cast"))
+    saved = 48 * 385_875_968  # one byte less per block-linear weight
+    assert bf16.peak_bytes - fp8.peak_bytes == saved
+    streamed = dit(P(offload__mode="cpu", offload__gpu_slots=2))
+    assert streamed.peak_bytes < bf16.peak_bytes / 10 and "2 of 48 blocks resident" in streamed.detail
+    graphs = dit(P(compile__enabled=True, compile__mode="reduce-overhead"))
+    assert graphs.peak_bytes > bf16.peak_bytes and "CUDA-graph pool" in graphs.detail
+
+
+def test_verdict_and_ranked_fixes():
+    shapes = RunShapes(1536, 1024, 121, batch=2)
+    plan = M.plan_memory(P(diffvae__mode="combined_compile"), shapes, 30 * GIB)
+    assert plan.fits is False and plan.verdict().startswith("does not fit: DiffVAE decode needs 28.7 GiB more")
+    changes = [c for c, _ in plan.fixes]
+    assert changes[0] == "batch 1" and "diffvae.mode = chunked_eager" in changes  # the DiT is next: 40.3 GiB
+    assert any(c.startswith("tiled decode") for c in changes)
+    assert "transformer.quantization = fp8-cast" not in changes  # it does not lower the peak stage
+    assert [b for _, b in plan.fixes] == sorted(b for _, b in plan.fixes)
+    assert all(b < plan.peak.peak_bytes for _, b in plan.fixes)
+    roomy = M.plan_memory(P(), RunShapes(768, 512, 121), 140 * GIB)
+    assert roomy.fits and roomy.verdict().startswith("fits with")
+    unknown = M.plan_memory(P(), RunShapes(768, 512, 121), None)
+    assert unknown.fits is None and "unknown" in unknown.verdict()
+    doc = plan.to_dict()
+    assert set(doc) >= {"stages", "peak_bytes", "free_bytes", "fits", "fixes"}
+    assert set(doc["stages"][0]) == {"stage", "peak_bytes", "detail"} and set(doc["fixes"][0]) == {"change", "peak_bytes"}
