@@ -19,6 +19,8 @@ from backends.machine.tuned import load_tuned
 from backends.config import profile as profmod
 from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import resolve
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
@@ -122,10 +124,12 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
     return "\n".join(out) + "\n"
 
 
-def summary_line(decisions: list[Decision], results: list, code: int) -> str:
+def summary_line(decisions: list[Decision], results: list, code: int, memory: MemoryPlan | None = None) -> str:
     s = str(summarize(decisions))
     if results:
         s += "; smoke " + smokemod.summary(results)
+    if memory is not None:
+        s += f"; memory {memory.verdict().split(' (')[0]}"
     verdict = {0: "runnable as asked", 1: "cannot run as asked"}[code]
     return f"\nSummary: {s} -> exit {code} ({verdict})\n"
 
@@ -192,9 +196,35 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
     return EXIT_OK
 
 
+def free_bytes(cap: capmod.Capability, profile: Profile) -> int | None:
+    """Free memory of the profile's first GPU: total minus what is in use (other processes),
+    when NVML says; a preset's total."""
+    from backends.config.rules import Facts
+
+    gpu = Facts(cap, profile).gpu if cap.gpus else None
+    if gpu is None or gpu.memory_total is None:
+        return None
+    return gpu.memory_total - (gpu.memory_used or 0)
+
+
+def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
+    width = 30
+    top = max([s.peak_bytes for s in plan.stages] + [plan.free_bytes or 0])
+    out = [f"Memory at {plan.shapes.label} (per stage, peak; {gpu})"]
+    for s in plan.stages:
+        n = max(1, round(width * s.peak_bytes / top))
+        out.append(f"  {s.stage:<15} {s.peak_bytes / GIB:6.1f} GiB  {'#' * n:<{width}}  {s.detail}")
+    if plan.free_bytes is not None:
+        out.append(f"  {'free':<15} {plan.free_bytes / GIB:6.1f} GiB  {'|' * round(width * plan.free_bytes / top)}")
+    out.append(f"  {plan.verdict()}")
+    for change, peak in plan.fixes:
+        out.append(f"  fix: {change:<56} -> peak {peak / GIB:.1f} GiB")
+    return out
+
+
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
               smoke: bool = False, ltx: bool = False, timeout: float = 120.0, output: str | None = None,
-              stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+              run: RunShapes | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
@@ -211,6 +241,9 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
     plan = resolve(profile, cap, tuned)
     code = plan.exit_code(strict=strict)
+    memory = plan_memory(profile, run, free_bytes(cap, profile)) if run is not None else None
+    if memory is not None and memory.fits is False:
+        code = EXIT_ERRORS
     label = profile_path or "the default profile"
     if ltx and not as_json:
         for w in warnings + cap_warnings:
@@ -232,6 +265,9 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             notes = notes + [f"auto follows `ltx-tui --tune` measurements at {tuned.shapes} ({tuned.written})"]
         stdout.write(render_text(cap, profile_path or "default (no --profile)", notes, list(plan),
                                  use_colour(stdout)))
+    if memory is not None and not as_json:
+        gpu = f"{cap.gpus[0].name}, {cap.source}" if cap.gpus else f"no GPU, {cap.source}"
+        stdout.write("\n" + "\n".join(memory_lines(memory, gpu)) + "\n")
     results = []
     if smoke:
         live = capmod.probe() if capability else None
@@ -260,6 +296,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),
+            "memory": memory.to_dict() if memory is not None else None,
             "strict": strict,
             "exit_code": code,
         }
@@ -271,7 +308,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
     else:
-        stdout.write(summary_line(list(plan), results, code))
+        stdout.write(summary_line(list(plan), results, code, memory))
     return code
 
 

@@ -11,7 +11,8 @@ EXIT_INTERNAL, EXIT_PIPE = 3, 141
 EPILOG = """exit codes (--check, --explain):
   0  runnable as asked (fallbacks and warnings are reported)
   1  some option cannot run here; with --strict also any fallback or warning;
-     with --smoke also any smoke check that did not pass
+     with --smoke also any smoke check that did not pass; with --resolution/--frames/--batch
+     also a run whose predicted memory peak does not fit the GPU's free memory
   2  usage error, or a profile / capability file that cannot be read
   3  internal error (one line on stderr, the traceback in the log file it names)
   141  the output pipe was closed (e.g. `| head`); nothing more is written
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune", action="store_true",
                       help="time every runnable value of the speed options at an LTX-2 run's shapes, each in a "
                       "subprocess; cache the results (auto then picks the fastest measured) and exit")
-    tune.add_argument("--resolution", metavar="WxH", help="the run's width x height (default 768x512)")
+    tune.add_argument("--resolution", metavar="WxH", help="the run's width x height (default 768x512); with --check: "
+                      "plan the run's memory per stage against the GPU's free memory")
     tune.add_argument("--frames", type=_positive_int, metavar="N", help="the run's frames, 8k+1 (default 121)")
     tune.add_argument("--batch", type=_positive_int, metavar="B", help="the run's batch (default 1)")
     tune.add_argument("--budget", type=_seconds, metavar="S",
@@ -86,15 +88,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_shapes(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The run --check plans memory for (defaults 768x512, 121 frames, batch 1)."""
+    from backends.config.ltx2_shapes import RunShapes, parse_resolution
+
+    try:
+        return RunShapes(*parse_resolution(args.resolution or "768x512"), args.frames or 121, args.batch or 1)
+    except ValueError as e:
+        parser.error(str(e))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")
-    tune_only = [f"--{n}" for n in ("resolution", "frames", "batch", "budget", "options")
-                 if getattr(args, n) is not None] + (["--fresh"] if args.fresh else [])
+    tune_only = [f"--{n}" for n in ("budget", "options") if getattr(args, n) is not None] + \
+        (["--fresh"] if args.fresh else [])
     if tune_only and not args.tune:
         parser.error(f"{', '.join(tune_only)} go{'es' if len(tune_only) == 1 else ''} with --tune")
+    shape_flags = [f"--{n}" for n in ("resolution", "frames", "batch") if getattr(args, n) is not None]
+    if shape_flags and not (args.tune or args.check):
+        parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
@@ -117,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
                          strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
-                         output=args.output)
+                         output=args.output, run=_run_shapes(parser, args) if shape_flags else None)
     if args.json or args.strict or args.smoke or args.ltx_args:
         parser.error("--json, --strict, --smoke and --ltx-args go with --check (--json also with --tune)")
     if not sys.stdout.isatty():

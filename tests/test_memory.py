@@ -70,11 +70,13 @@ def test_verdict_and_ranked_fixes():
     shapes = RunShapes(1536, 1024, 121, batch=2)
     plan = M.plan_memory(P(diffvae__mode="combined_compile"), shapes, 30 * GIB)
     assert plan.fits is False and plan.verdict().startswith("does not fit: DiffVAE decode needs 28.7 GiB more")
-    changes = [c for c, _ in plan.fixes]
+    (together, fits), *single = plan.fixes  # no single fix is enough: the ranked ones together first
+    assert " + " in together and fits <= 30 * GIB
+    changes = [c for c, _ in single]
     assert changes[0] == "batch 1" and "diffvae.mode = chunked_eager" in changes  # the DiT is next: 40.3 GiB
     assert any(c.startswith("tiled decode") for c in changes)
     assert "transformer.quantization = fp8-cast" not in changes  # it does not lower the peak stage
-    assert [b for _, b in plan.fixes] == sorted(b for _, b in plan.fixes)
+    assert [b for _, b in single] == sorted(b for _, b in single)
     assert all(b < plan.peak.peak_bytes for _, b in plan.fixes)
     roomy = M.plan_memory(P(), RunShapes(768, 512, 121), 140 * GIB)
     assert roomy.fits and roomy.verdict().startswith("fits with")
@@ -83,3 +85,45 @@ def test_verdict_and_ranked_fixes():
     doc = plan.to_dict()
     assert set(doc) >= {"stages", "peak_bytes", "free_bytes", "fits", "fixes"}
     assert set(doc["stages"][0]) == {"stage", "peak_bytes", "detail"} and set(doc["fixes"][0]) == {"change", "peak_bytes"}
+
+
+def test_check_with_a_run_plans_its_memory(capsys):
+    import json
+
+    from ltx_tui.cli import main
+
+    assert main(["--check", "--capability", "rtx4090", "--resolution", "1536x1024", "--batch", "2", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    mem = doc["memory"]
+    assert doc["exit_code"] == 1 and mem["fits"] is False and mem["peak_stage"] == "DiT denoising"
+    assert [s["stage"] for s in mem["stages"]] == ["text encoder", "DiT denoising", "DiffVAE decode"]
+    assert mem["free_bytes"] == 24 * GIB and mem["fixes"][0]["peak_bytes"] <= mem["free_bytes"]  # fixes that fit
+    assert " + " in mem["fixes"][0]["change"]
+    assert main(["--check", "--capability", "h200", "--resolution", "768x512", "--frames", "121"]) == 0
+    out = capsys.readouterr().out
+    assert "Memory at 768x512x121" in out and "fits with" in out and "memory fits with" in out
+    assert main(["--check", "--capability", "h200"]) == 0 and "Memory at" not in capsys.readouterr().out
+
+
+def test_free_memory_is_what_other_processes_leave():
+    import dataclasses
+
+    from backends.machine.presets import preset
+    from ltx_tui.check import free_bytes
+
+    cap = preset("h100")
+    busy = dataclasses.replace(cap, gpus=(dataclasses.replace(cap.gpus[0], memory_used=30 * GIB),))
+    assert free_bytes(cap, P()) == cap.gpus[0].memory_total
+    assert free_bytes(busy, P()) == cap.gpus[0].memory_total - 30 * GIB
+    assert free_bytes(preset("cpu"), P()) is None
+
+
+@pytest.mark.parametrize("argv, message", [(["--resolution", "768x512"], "go with --tune or --check"),
+                                           (["--check", "--resolution", "768x500"], "multiples of 32"),
+                                           (["--check", "--frames", "100"], "8k+1")])
+def test_run_flags_are_checked(capsys, argv, message):
+    from ltx_tui.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

@@ -171,7 +171,7 @@ def test_cli_tune_usage_errors(capsys, argv, message):
 
 @pytest.mark.parametrize("argv, message", [(["--tune", "--check"], "--tune runs on its own"),
                                            (["--check", "--budget", "5"], "--budget goes with --tune"),
-                                           (["--frames", "9", "--fresh"], "--frames, --fresh go with --tune")])
+                                           (["--frames", "9", "--fresh"], "--fresh goes with --tune")])
 def test_cli_tune_flags_go_with_tune(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main(argv)

@@ -183,4 +183,29 @@ def plan_memory(profile: Profile, shapes: RunShapes, free_bytes: int | None) -> 
         new = max(x.peak_bytes for x in _stages(p, s, tiles))
         if new < peak:
             fixes.append((change, new))
-    return MemoryPlan(shapes, stages, free_bytes, tuple(sorted(fixes, key=lambda f: f[1])))
+    fixes.sort(key=lambda f: f[1])
+    if free_bytes is not None and peak > free_bytes and fixes and fixes[0][1] > free_bytes:
+        fixes.insert(0, _combined(profile, shapes, free_bytes))
+    return MemoryPlan(shapes, stages, free_bytes, tuple(fixes))
+
+
+def _combined(profile: Profile, shapes: RunShapes, free_bytes: int) -> tuple[str, int]:
+    """No single fix is enough: fixes applied together, each time the one that lowers the peak
+    most, until the run fits (or no fix helps any more)."""
+    state, taken = (profile, shapes, 1), []
+    peak = max(x.peak_bytes for x in _stages(*state))
+    while peak > free_bytes:
+        best = None
+        for change, apply in FIXES:
+            if change in taken:
+                continue
+            p, s, tiles = apply(state[0], state[1])
+            option = (p, s, max(tiles, state[2]))
+            new = max(x.peak_bytes for x in _stages(*option))
+            if new < peak and (best is None or new < best[2]):
+                best = (change, option, new)
+        if best is None:
+            break
+        taken.append(best[0])
+        state, peak = best[1], best[2]
+    return " + ".join(taken), peak
