@@ -202,7 +202,7 @@ def tiny_transformer(seed: int = 0, layers: int = 2) -> nn.Module:
 
 def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 7, seed: int = 0,
                        device: Any = "cpu", dtype: Any = None, channels: int = 16, context_dim: int = 64,
-                       with_audio: bool = True) -> tuple:
+                       with_audio: bool = True, audio_channels: int = 8, audio_context_dim: int = 32) -> tuple:
     """(video, audio, perturbations) for `tiny_transformer` (or, with `channels`/`context_dim` and
     `with_audio`, another LTXModel), with a text mask (the masked slot runs)."""
     import torch
@@ -227,7 +227,7 @@ def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 
                      context=rand(1, context, context_dim), context_mask=mask)
     if not with_audio:
         return video, None, None
-    audio = Modality(latent=rand(1, audio_tokens, 8), sigma=sigma,
+    audio = Modality(latent=rand(1, audio_tokens, audio_channels), sigma=sigma,
                      timesteps=torch.full((1, audio_tokens), 0.5, device=device), positions=positions(audio_tokens, 1),
-                     context=rand(1, context, 32))
+                     context=rand(1, context, audio_context_dim))
     return video, audio, None
