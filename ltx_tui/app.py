@@ -31,15 +31,18 @@ from backends.machine.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
 from backends.config.plan import resolve
 from backends.config.ltx2_shapes import RunShapes
+from backends.config.memory import plan_memory
 from backends.config.rules import Decision, Status, summarize
 from backends.machine.tuned import Candidate, Tuned, load_tuned
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
+from ltx_tui.check import free_bytes
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
 from ltx_tui.screens.export import ExportScreen
 from ltx_tui.screens.help import HelpScreen
 from ltx_tui.widgets.backends_panel import BackendsPanel
 from ltx_tui.widgets.gpu_panel import GpuPanel
+from ltx_tui.widgets.memory_bars import MemoryBars
 from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
 from ltx_tui.widgets.resolution import ResolutionView
 from ltx_tui.widgets.smoke_panel import SmokePanel
@@ -173,6 +176,7 @@ class LtxTuiApp(App):
             with TabbedContent(id="tabs", initial="options"):
                 with TabPane("Options", id="options"):
                     yield OptionsList(self.profile, id="options-list")
+                    yield MemoryBars(id="memory-bars")
                 with TabPane("Resolution", id="resolution"):
                     yield ResolutionView(id="resolution-view")
                 with TabPane("Smoke", id="smoke"):
@@ -298,6 +302,8 @@ class LtxTuiApp(App):
             return
         self.decisions = resolve(self.profile, self.capability, self._tuned_here())
         self.query_one(OptionsList).show(self.profile, self.decisions)
+        self.query_one(MemoryBars).show(plan_memory(self.profile, TUNE_SHAPES, free_bytes(self.capability,
+                                                                                          self.profile)))
         self.query_one(ResolutionView).show(self.decisions)
         self._update_title()
 

@@ -553,3 +553,16 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         assert "fastest measured here" not in d.chain[-1].reason and "prior" in d.chain[-1].reason
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks
         await pilot.pause()
+
+
+async def test_memory_bars_follow_the_options():
+    app = make_app("rtx4090")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        bars = app.query_one("#memory-bars", Static)
+        text = str(bars.render())
+        assert "DiT denoising" in text and "does not fit: DiT denoising needs" in text
+        assert "fix: transformer.quantization = fp8-cast" in text
+        await choose(pilot, "transformer.quantization", "fp8-cast")
+        text = str(bars.render())
+        assert "fits with" in text and "fix:" not in text
