@@ -399,7 +399,7 @@ class LtxTuiApp(App):
         panel = self.query_one(TunePanel)
         try:
             here = self.capability is not None and self.capability.source == "live"
-            cap = self.capability if here else capmod.probe(nvml_module=self.nvml_module, env=self.env)
+            cap = self.capability if here else self.prober()  # this machine, probed out of the UI process
             tuned = self.tuner(profile, cap, TUNE_SHAPES, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)
             self.call_from_thread(self._tuned_ready, tuned, here)
@@ -421,7 +421,7 @@ class LtxTuiApp(App):
         try:
             here = self.capability is not None and self.capability.source == "live"
             cap = self.smoke_capability or (self.capability if here else
-                                            capmod.probe(nvml_module=self.nvml_module, env=self.env))
+                                            self.prober())  # this machine, probed out of the UI process
             note = "" if here or self.capability is None else (
                 f" (checks planned for this machine: the options are validated for {self.capability.source})")
             specs = plan_checks(resolve(profile, cap))

@@ -535,8 +535,12 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
 
 
 async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_preset():
+    from dataclasses import replace
+
     tuner = FakeTuner()
-    app = make_app("h100", tuner=tuner)  # options validated for a preset: another machine
+    probed = []
+    app = make_app("h100", tuner=tuner,  # options validated for a preset: the tune probes this machine
+                   prober=lambda: probed.append(1) or replace(preset("cpu"), source="live"))
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         await pilot.press("u")
@@ -553,6 +557,7 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         assert "fastest measured here" not in d.chain[-1].reason and "prior" in d.chain[-1].reason
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks
         await pilot.pause()
+        assert probed == [1]  # through the app's prober (a subprocess by default), not in the UI process
 
 
 async def test_memory_bars_follow_the_options():
