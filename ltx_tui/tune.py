@@ -99,7 +99,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     if not fresh and not output:  # all of it cached: shown without probing (no torch import, no CUDA)
         hit = load_quick(shapes.label)
         if hit is not None and complete(hit, keys):
-            auto = {o: v.split(":")[0] for o, v in hit.chosen().items() if o in AUTO_OPTIONS}
+            auto = {o: v.split(":")[0] for o, v in hit.chosen().items()
+                    if o in AUTO_OPTIONS and o in keys and str(profile.get(o)) in ("auto", "automatic")}
             cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)
             return _report(hit, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, cached,
                            "all from the cache, found without probing")

@@ -132,6 +132,10 @@ def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatc
     assert code == 0 and again["from_cache"] == 2 and again["chosen"] == doc["chosen"]
     assert time.monotonic() - t0 < 2
     assert again["capability_fingerprint"] == doc["capability_fingerprint"]
+    pinned_profile = tmp_path / "pinned.toml"
+    pinned_profile.write_text('[transformer]\nattention = "sdpa_math"\n')
+    assert main(args + ["--profile", str(pinned_profile)]) == 0
+    assert json.loads(capsys.readouterr().out)["auto"] == {}  # a pinned value is not auto: no claim about it
     # what the quick key cannot match (another CUDA_VISIBLE_DEVICES here) is probed and measured again
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     with pytest.raises(AssertionError, match="must not probe"):
