@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
+from backends.config.rules import CUDA_GRAPH_MODES
 
 GIB = 1 << 30
 BF16 = 2
@@ -50,7 +51,6 @@ VAE_COEF = {"chunked_eager": 5.04, "chunked_compile": 5.27, "combined_compile": 
 GEMMA = {"hidden": 3840, "layers": 48, "mlp": 15360, "q_heads": 16, "kv_heads": 8, "head_dim": 256, "vocab": 262144}
 ONE_BYTE = {"fp8-cast", "fp8-scaled-mm", "fp8-blockwise", "int8-w8a8"}
 HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
-CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
 TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (estimate)
 
 
@@ -129,7 +129,7 @@ def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
     weights = resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
     tokens = shapes.batch * shapes.dit_tokens
     act = tokens * shapes.dit_width * BF16 * DIT_ACT
-    graphs = profile.compile.enabled and (profile.compile.mode.value in CUDA_GRAPH_MODES or profile.compile.capture)
+    graphs = profile.compile.enabled and (profile.compile.mode in CUDA_GRAPH_MODES or profile.compile.capture)
     if graphs:
         act *= 2
     where = f"{resident} of {S.DIT_LAYERS} blocks resident ({profile.offload.mode.value} offload)" if offload \
@@ -141,8 +141,8 @@ def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
 
 def _decode(profile: Profile, shapes: RunShapes, tiles: int = 1) -> StagePeak:
     mode = profile.diffvae.mode.value
-    stage4 = next(s for s in shapes.na_stages() if s.name == "stage 4")
-    stage5 = next(s for s in shapes.na_stages() if s.name == "stage 5")
+    stages = {s.name: s for s in shapes.na_stages()}
+    stage4, stage5 = stages["stage 4"], stages["stage 5"]
     feature = stage4.tokens * S.VAE_STAGE_CHANNELS[3] * BF16 * shapes.batch
     accumulator = shapes.height * shapes.width * 2 * shapes.frames * 3 * BF16 * shapes.batch
     tokens = stage5.tokens * shapes.batch * (1 if tiles == 1 else TILE_HALO / tiles)

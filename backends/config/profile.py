@@ -16,6 +16,7 @@ from typing import Any
 import tomli_w
 
 from backends.machine import textfile
+from backends.version import TOOL_VERSION
 from backends.machine.textfile import FileProblem, read_bounded
 
 from backends.config.options import (
@@ -30,7 +31,6 @@ from backends.config.options import (
     type_name,
 )
 
-TOOL_VERSION = "0.1.0"
 MAX_BYTES = 1024 * 1024  # a profile is a few hundred bytes; anything past 1 MiB is not one
 GENERATED_KEYS = ("tool_version", "time", "capability_fingerprint", "capability_source")
 

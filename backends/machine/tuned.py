@@ -21,19 +21,11 @@ from typing import Any
 from backends.machine.capability import Capability, read_nvml
 from backends.machine.nvml import NvmlSession
 from backends.machine.textfile import FileProblem, read_bounded, write_atomically
+from backends.version import TOOL_VERSION
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "failed", "inaccurate", "skipped")
 CACHE_LIMIT = 4 << 20
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ltx-tui")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -105,11 +97,11 @@ def _path(cap: Capability) -> Path:
 
 
 def _key(cap: Capability) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "ltx_tui": _version(), "fingerprint": cap.fingerprint()}
+    return {"schema_version": SCHEMA_VERSION, "ltx_tui": TOOL_VERSION, "fingerprint": cap.fingerprint()}
 
 
 QUICK_DISTS = ("torch", "triton", "natten", "flash-attn", "flash-attn-3", "nvidia-cutlass-dsl", "ltx-kernels",
-               "ltx-core", "ltx-tui")
+               "ltx-core")
 
 
 def quick_key(env: dict | None = None) -> str:
@@ -132,7 +124,7 @@ def quick_key(env: dict | None = None) -> str:
         except PackageNotFoundError:
             versions[dist] = None
     blob = json.dumps({"gpus": [(g.name, g.memory_total) for g in gpus], "driver": info.driver_version,
-                       "visible": env.get("CUDA_VISIBLE_DEVICES"), "versions": versions,
+                       "visible": env.get("CUDA_VISIBLE_DEVICES"), "versions": versions, "ltx_tui": TOOL_VERSION,
                        "python": sys.version_info[:2], "platform": sys.platform}, sort_keys=True, default=str)
     return "quick:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -150,7 +142,7 @@ def load_quick(shapes: str, env: dict | None = None) -> Tuned | None:
         except (FileProblem, ValueError):
             continue
         if (not isinstance(data, dict) or data.get("quick_key") != key or data.get("schema_version") != SCHEMA_VERSION
-                or data.get("ltx_tui") != _version() or not isinstance(data.get("entries"), dict)):
+                or data.get("ltx_tui") != TOOL_VERSION or not isinstance(data.get("entries"), dict)):
             continue
         entry = data["entries"].get(shapes)
         tuned = _from_entry(str(data.get("fingerprint")), entry) if entry is not None else None

@@ -43,8 +43,7 @@ def worker_argv() -> list[str]:
 
 def _na_for_decode(done: list[Candidate]) -> str:
     """The NA backend a decoder candidate runs with: the fastest measured so far, else auto."""
-    ranked = sorted((c for c in done if c.option == "diffvae.na_backend" and c.status == "measured"),
-                    key=lambda c: c.ms)
+    ranked = Tuned("", "", tuple(done)).ranked("diffvae.na_backend")
     return ranked[0].value.split(":")[0] if ranked else "auto"
 
 
