@@ -9,6 +9,7 @@ to the src/ folder of ltx-core v1.2.0 (`.ci/run` does); without it these tests s
 import copy
 import dataclasses
 import json
+import logging
 
 import pytest
 import torch
@@ -182,13 +183,25 @@ def test_smoke_checks_run_ltx2s_real_modules(tmp_path, capsys):
     assert "LTX-2 LTXModel" in rows["linear fp8-cast"]["message"]
 
 
-def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decoder, cap):
+def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decoder, cap, monkeypatch, caplog,
+                                                                           request):
     """ltx-tui's chunked_compile: the decode matches LTX-2's chunked layout, run eagerly; the slab
-    bodies, det stages and inject ran compiled; LTX-2's own decoder in the same process does not."""
+    bodies (ltx-tui's, with the fused q/k norm + RoPE kernel), det stages and inject ran compiled,
+    none left eager by Dynamo's recompile limit; LTX-2's own decoder in the same process does not."""
     from torch._dynamo.utils import counters
 
+    from kernels import qk_norm_rope
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
 
+    fused = []
+    for name in ("qk_norm_rope_torch", "qk_norm_rope_triton"):
+        monkeypatch.setattr(qk_norm_rope, name, (lambda f: lambda *a, **k: fused.append(1) or f(*a, **k))(
+            getattr(qk_norm_rope, name)))
+    # the tiny decoder's 4 det blocks share one code object: with a limit of 2, blocks past it ran eager
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    dynamo_log = logging.getLogger("torch._dynamo.convert_frame")  # torch's loggers do not propagate
+    dynamo_log.addHandler(caplog.handler)
+    request.addfinalizer(lambda: dynamo_log.removeHandler(caplog.handler))
     latent = ltx2.decoder_latent(decoder, 2, 3, 4)
     ours = copy.deepcopy(decoder)
     report = apply_profile(ours, P(diffvae__mode="chunked_compile", diffvae__na_backend="eager_sdpa"), cap)
@@ -201,8 +214,35 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     frames = counters["stats"]["calls_captured"]
     graphs = set(counters["stats"]) and counters["stats"]["unique_graphs"]
     assert graphs >= 3, dict(counters["stats"])  # at least slab body, det block, inject
+    assert fused, "the slab bodies did not run ltx-tui's fused q/k norm + RoPE"
+    assert "recompile_limit" not in caplog.text
     theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
     counters.clear()
     want = decode(theirs, latent)
     assert counters["stats"]["unique_graphs"] == 0, "LTX-2's own chunked_eager decoder was compiled"
     assert (got - want).abs().max() < 1e-4 and frames
+
+
+@pytest.mark.parametrize("rope_bf16", [False, True])
+def test_slab_attention_matches_ltx2s_slab_body(decoder, rope_bf16):
+    """ltx-tui's W-slab body (one QKV projection, fused q/k norm + RoPE) against LTX-2's own, on
+    the same packed arguments of a stage-5 block, for a slab whose W columns start inside the volume."""
+    from ltx_core.model.video_vae.transformer.chunked import attn as chunked
+
+    from backends.runtime.attention import NAFunction
+    from backends.runtime.diffvae_slab import slab_attention
+
+    block = decoder.diff_blocks[0]
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 3, 4, 6, block.attn.dim, generator=g)
+    scale, shift = (torch.randn(1, 1, 1, 1, block.attn.dim, generator=g) * 0.1 for _ in range(2))
+    w_pos = torch.arange(6, dtype=torch.float32) + 5
+    packed = list(chunked._pack_residual_weights(block.attn, block.norm1, x))
+    packed[-1] = rope_bf16
+    fn = NAFunction("eager_sdpa")
+    with torch.inference_mode():
+        want = chunked._attn_on_chunk_impl(fn, block.attn, x, w_pos, scale, shift, *packed)
+        got = slab_attention(fn, block.attn, x, w_pos, scale, shift, *packed)
+    assert got.shape == want.shape
+    # LTX-2's bf16 RoPE option rounds its angles' cos/sin; ltx-tui's stays in fp32
+    torch.testing.assert_close(got, want, atol=2e-2 if rope_bf16 else 1e-5, rtol=1e-2 if rope_bf16 else 1e-5)

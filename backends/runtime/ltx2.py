@@ -71,12 +71,20 @@ class ChunkedCompile:
     into the stage-5 buffer stays eager).
     static_shapes: no `mark_dynamic` on T/H/W: a decode has one shape, and static kernels are
     faster; another shape recompiles.
+    mlp_tile: tokens per tile of LTX-2's tiled SwiGLU (None: LTX-2's 16384, whose loop is bound by
+    kernel launches on an H200); its workspace is tile x 4 x channels (256 MiB at 262144 x 128).
+    w_chunks: W slabs of the stage-5 attention (None: LTX-2's 4).
+    fused_qk: the slab body is ltx-tui's (`runtime.diffvae_slab`: one QKV projection, q/k norm +
+    RoPE in one kernel) rather than LTX-2's, compiled.
     """
 
     slabs: bool = True
     det_stages: bool = True
     inject: bool = True
     static_shapes: bool = True
+    mlp_tile: int | None = 262_144
+    w_chunks: int | None = None
+    fused_qk: bool = True
 
 
 def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any:
@@ -87,7 +95,8 @@ def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any
     if recipe.attention is NAttentionKind.BLACKWELL_DSL:
         return recipe
     if mode == "chunked_compile":
-        recipe = dataclasses.replace(recipe, compile_det_stages=chunked.det_stages)
+        recipe = dataclasses.replace(recipe, compile_det_stages=chunked.det_stages,
+                                     w_chunks=chunked.w_chunks or recipe.w_chunks)
     # EAGER_SDPA keeps LTX-2 from remapping the recipe for a host without natten; the runtime's
     # NA step installs the NA the plan chose on every NeighborhoodAttention3D afterwards.
     return dataclasses.replace(recipe, attention=NAttentionKind.EAGER_SDPA, natten_backend=None)
@@ -99,26 +108,59 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
     apply = importlib.import_module("ltx_core.model.video_vae.transformer.apply")
     with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
         apply.apply_diffvae_config(decoder, decoder_recipe(mode, chunked))
+    _settle_dynamo(decoder)
     if mode != "chunked_compile":
         return
+    if chunked.mlp_tile:
+        swiglu = importlib.import_module("ltx_core.model.video_vae.transformer.swiglu")
+        swiglu.configure_swiglu_tile(decoder, tile_size=chunked.mlp_tile)
     if chunked.static_shapes:
         decoder.mark_dynamic_shapes = False
     if chunked.slabs:
-        _compile_marked("chunked.attn", "_attn_on_chunk_impl", lambda fn, attn, *args: attn)
+        from backends.runtime.diffvae_slab import slab_attention
+
+        _compile_marked("chunked.attn", "_attn_on_chunk_impl", lambda fn, attn, *args: attn,
+                        {"ltx-tui": slab_attention})
         for module in decoder.diff_blocks.modules():
             if hasattr(module, "kernel_size") and hasattr(module, "attention_function"):
-                module.ltx_tui_compiled = True
+                module.ltx_tui_compiled = "ltx-tui" if chunked.fused_qk else "ltx-2"
     if chunked.inject:
         _compile_marked("chunked.context", "_upsample_then_ctx", lambda feat, up_w, up_b, ctx_w, *args: ctx_w)
         for block in decoder.diff_blocks:
             if hasattr(block, "context_proj"):
-                block.context_proj.weight.ltx_tui_compiled = True
+                block.context_proj.weight.ltx_tui_compiled = "ltx-2"
 
 
-def _compile_marked(module: str, name: str, owner) -> None:
-    """Replace LTX-2's function `name` of `...transformer.<module>` by one that runs it compiled
-    when `owner(*args)` (a module or parameter) is marked `ltx_tui_compiled`, else as LTX-2 does
-    (so LTX-2's own decoders in the same process keep their behaviour).
+# Dynamo settings for every compiled region of a laid-out decoder: Dynamo counts recompiles per
+# code object, and LTX-2 compiles one method per block (16 det blocks of stages 1-4: 4 shapes, 3
+# widths), so its default limit of 8 would silently leave the blocks past it eager; and a shape
+# seen second is compiled for that shape, not made symbolic (automatic dynamic shapes fail to
+# compile some of the decoder's graphs: a SyntaxError from Inductor's codegen on the H200, an
+# AssertionError "vr must not be None" on the CPU).
+DYNAMO_SETTINGS = {"recompile_limit": 256, "automatic_dynamic_shapes": False}
+
+
+def _settle_dynamo(decoder: nn.Module) -> None:
+    """Run each method LTX-2 compiled in `decoder` under DYNAMO_SETTINGS."""
+    import functools
+
+    import torch
+
+    for module in decoder.modules():
+        for name, fn in list(vars(module).items()):
+            if callable(fn) and hasattr(fn, "_torchdynamo_orig_callable"):
+                @functools.wraps(fn)
+                def lifted(*args, _fn=fn, **kwargs):
+                    with torch._dynamo.config.patch(**DYNAMO_SETTINGS):
+                        return _fn(*args, **kwargs)
+                setattr(module, name, lifted)
+
+
+def _compile_marked(module: str, name: str, owner, bodies: dict | None = None) -> None:
+    """Replace LTX-2's function `name` of `...transformer.<module>` by one that, when `owner(*args)`
+    (a module or parameter) is marked `ltx_tui_compiled = key`, runs `bodies[key]` compiled
+    ("ltx-2": LTX-2's own function), and LTX-2's function as it is for anything unmarked (so
+    LTX-2's own decoders in the same process keep their behaviour).
 
     In the chunked layouts LTX-2 runs the attention half of each diffusion block as one opaque
     custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs eagerly, and injects the
@@ -131,20 +173,24 @@ def _compile_marked(module: str, name: str, owner) -> None:
     import torch
 
     namespace = importlib.import_module(f"ltx_core.model.video_vae.transformer.{module}")
-    original = getattr(namespace, name)
-    if getattr(original, "ltx_tui_compiled", False):
-        return
-    compiled = torch.compile(original)
+    installed = getattr(namespace, name)
+    compiled = getattr(installed, "ltx_tui_bodies", None)
+    if compiled is None:
+        original, compiled = installed, {}
 
-    @functools.wraps(original)
-    def body(*args, **kwargs):
-        if not getattr(owner(*args), "ltx_tui_compiled", False):
-            return original(*args, **kwargs)
-        with torch._dynamo.config.patch(recompile_limit=256):  # a graph per module is fine
-            return compiled(*args, **kwargs)
+        @functools.wraps(original)
+        def body(*args, **kwargs):
+            key = getattr(owner(*args), "ltx_tui_compiled", None)
+            if key is None:
+                return original(*args, **kwargs)
+            with torch._dynamo.config.patch(**DYNAMO_SETTINGS):
+                return compiled[key](*args, **kwargs)
 
-    body.ltx_tui_compiled = True
-    setattr(namespace, name, body)
+        body.ltx_tui_bodies = compiled
+        compiled["ltx-2"] = torch.compile(original)
+        setattr(namespace, name, body)
+    for key, fn in (bodies or {}).items():
+        compiled.setdefault(key, torch.compile(fn))
 
 
 # --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
