@@ -11,14 +11,17 @@ peak is its resident weights plus its own working set; the run's peak is the lar
   of them in the block linears fp8-cast/int8 store in one byte; formulas below) and 300,015,872
   outside the blocks (patchify, AdaLN, caption projections, output; counted from
   `LTXModel()` on the meta device); with offload only `gpu_slots` blocks are resident. Working
-  set: tokens x width x 2 bytes x DIT_ACT (the hidden state, q/k/v, the attention output and the
-  4x feed-forward of one block); CUDA-graph compile modes keep a second copy in the graph pool.
-  DIT_ACT is an estimate, not yet checked on a GPU.
+  set: tokens x width x 2 bytes x DIT_ACT (the hidden state, q/k/v, the attention output, the
+  4x feed-forward of one block, the audio stream); CUDA-graph compile modes keep a second copy in
+  the graph pool. DIT_ACT = 28 is fitted to the H200 (bench/memory.py: LTX-2's full LTXModel at
+  6144, 9216 and 24576 tokens kept 1.35, 1.99 and 5.22 GiB over its weights, 225-236 KB a token,
+  the same with fp8-cast weights).
 - DiffVAE decode: LTX-2's own heuristic (`diffusion_tiling.py`): the stage-4 input feature +
   an RGB accumulator of 2 x frames + stage-5 tokens x 128 channels x 2 bytes x a coefficient by
   mode, plus the decoder's 104.8 M bf16 weights. The coefficients are fitted to this project's
   H200 measurements of LTX-2's real decoder at 768x512x121 and predict 1536x1024x121 within
-  3% (bench/RESULTS.md): chunked_eager 5.04 (LTX-2 uses 5), chunked_compile 5.27,
+  3% (bench/RESULTS.md): chunked_eager 5.04 (LTX-2 uses 5), chunked_compile the same (ltx-tui's
+  compiled slabs keep LTX-2's chunked working set: 4.31 and 17.24 GiB measured for both),
   combined_compile 9.28 (LTX-2 uses 11 for its natten path); blackwell_dsl LTX-2's 2.5.
   Tiled decode (a fix): the stage-5 tokens of one of N spatial tiles, x1.15 for the overlap
   (an estimate); the stage-4 feature and the accumulator stay full size, as in LTX-2's tiling.
@@ -45,9 +48,9 @@ GIB = 1 << 30
 BF16 = 2
 AUDIO_WIDTH = 2048
 DIT_OUTSIDE_BLOCKS = 300_015_872
-DIT_ACT = 14  # working set of one block, in units of tokens x width x 2 bytes (estimate)
+DIT_ACT = 28  # working set of one block, in units of tokens x width x 2 bytes (fitted on the H200)
 VAE_PARAMS = 104_800_000
-VAE_COEF = {"chunked_eager": 5.04, "chunked_compile": 5.27, "combined_compile": 9.28, "blackwell_dsl": 2.5}
+VAE_COEF = {"chunked_eager": 5.04, "chunked_compile": 5.04, "combined_compile": 9.28, "blackwell_dsl": 2.5}
 GEMMA = {"hidden": 3840, "layers": 48, "mlp": 15360, "q_heads": 16, "kv_heads": 8, "head_dim": 256, "vocab": 262144}
 ONE_BYTE = {"fp8-cast", "fp8-scaled-mm", "fp8-blockwise", "int8-w8a8"}
 HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
