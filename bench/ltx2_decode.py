@@ -44,6 +44,8 @@ ABLATION = {
     "chunked_compile: slabs only": ltx2.ChunkedCompile(det_stages=False, inject=False, static_shapes=False),
     "chunked_compile: + det stages": ltx2.ChunkedCompile(inject=False, static_shapes=False),
     "chunked_compile: + det, static": ltx2.ChunkedCompile(inject=False),
+    "chunked_compile: LTX-2's slab body": ltx2.ChunkedCompile(fused_qk=False),
+    "chunked_compile: LTX-2's MLP tile": ltx2.ChunkedCompile(mlp_tile=None),
 }
 
 
@@ -147,12 +149,18 @@ def main() -> None:
             except torch.OutOfMemoryError:
                 print(f"{spec:<14} {name:<42} out of memory")
                 continue
+            except Exception as e:  # noqa: BLE001 - a failing variant is a result; the others still run
+                print(f"{spec:<14} {name:<42} failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
+                continue
             if args.breakdown and not name.startswith("LTX-2"):
                 from torch.profiler import ProfilerActivity, profile
 
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                t0 = time.perf_counter()
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                     decode(decoder, latent)
-                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70))
+                wall = time.perf_counter() - t0
+                print(f"{name}: {wall:.3f} s wall, profiled (its GPU time: 'Self CUDA time total' below)")
+                print(prof.key_averages().table(sort_by="device_time_total", row_limit=40, max_name_column_width=90))
             layout = "combined" if "combined" in name else "chunked"
             refs.setdefault(layout, out.float())
             ref_s = ref_s or seconds
