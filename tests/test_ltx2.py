@@ -246,3 +246,25 @@ def test_slab_attention_matches_ltx2s_slab_body(decoder, rope_bf16):
     assert got.shape == want.shape
     # LTX-2's bf16 RoPE option rounds its angles' cos/sin; ltx-tui's stays in fp32
     torch.testing.assert_close(got, want, atol=2e-2 if rope_bf16 else 1e-5, rtol=1e-2 if rope_bf16 else 1e-5)
+
+
+def test_a_graph_inductor_cannot_build_runs_eagerly_and_says_so(decoder, cap, monkeypatch, caplog, request):
+    """Inductor failing to build a graph (seen once on the H200: a SyntaxError in its generated
+    code) must not end the decode nor change it: that graph runs eagerly, Dynamo's log says why."""
+    import torch._inductor.compile_fx as compile_fx
+    from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to import /tmp/x.py: SyntaxError: unterminated string literal")
+
+    dynamo_log = logging.getLogger("torch._dynamo")  # torch's loggers do not propagate
+    dynamo_log.addHandler(caplog.handler)
+    request.addfinalizer(lambda: dynamo_log.removeHandler(caplog.handler))
+    latent = ltx2.decoder_latent(decoder, 2, 3, 6)  # a shape no other test compiled
+    ours = copy.deepcopy(decoder)
+    apply_profile(ours, P(diffvae__mode="chunked_compile", diffvae__na_backend="eager_sdpa"), cap)
+    monkeypatch.setattr(compile_fx, "compile_fx", broken)
+    got = decode(ours, latent)
+    want = decode(ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention()), latent)
+    assert (got - want).abs().max() < 1e-4
+    assert "unterminated string literal" in caplog.text

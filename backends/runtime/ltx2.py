@@ -135,25 +135,31 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
 # code object, and LTX-2 compiles one method per block (16 det blocks of stages 1-4: 4 shapes, 3
 # widths), so its default limit of 8 would silently leave the blocks past it eager; and a shape
 # seen second is compiled for that shape, not made symbolic (automatic dynamic shapes fail to
-# compile some of the decoder's graphs: a SyntaxError from Inductor's codegen on the H200, an
-# AssertionError "vr must not be None" on the CPU).
-DYNAMO_SETTINGS = {"recompile_limit": 256, "automatic_dynamic_shapes": False}
+# compile some of the decoder's graphs: an AssertionError "vr must not be None" on the CPU). A
+# graph Inductor cannot build (seen once on the H200: a SyntaxError in its generated code) runs
+# eagerly, decided before that graph runs, with Dynamo's warning on stderr, instead of ending
+# the decode.
+DYNAMO_SETTINGS = {"recompile_limit": 256, "automatic_dynamic_shapes": False, "suppress_errors": True}
+
+
+def _under_settings(compiled):
+    """`compiled`, called under DYNAMO_SETTINGS."""
+    import torch
+
+    def run(*args, **kwargs):
+        with torch._dynamo.config.patch(**DYNAMO_SETTINGS):
+            return compiled(*args, **kwargs)
+    return run
 
 
 def _settle_dynamo(decoder: nn.Module) -> None:
     """Run each method LTX-2 compiled in `decoder` under DYNAMO_SETTINGS."""
     import functools
 
-    import torch
-
     for module in decoder.modules():
         for name, fn in list(vars(module).items()):
             if callable(fn) and hasattr(fn, "_torchdynamo_orig_callable"):
-                @functools.wraps(fn)
-                def lifted(*args, _fn=fn, **kwargs):
-                    with torch._dynamo.config.patch(**DYNAMO_SETTINGS):
-                        return _fn(*args, **kwargs)
-                setattr(module, name, lifted)
+                setattr(module, name, functools.wraps(fn)(_under_settings(fn)))
 
 
 def _compile_marked(module: str, name: str, owner, bodies: dict | None = None) -> None:
@@ -181,16 +187,13 @@ def _compile_marked(module: str, name: str, owner, bodies: dict | None = None) -
         @functools.wraps(original)
         def body(*args, **kwargs):
             key = getattr(owner(*args), "ltx_tui_compiled", None)
-            if key is None:
-                return original(*args, **kwargs)
-            with torch._dynamo.config.patch(**DYNAMO_SETTINGS):
-                return compiled[key](*args, **kwargs)
+            return original(*args, **kwargs) if key is None else compiled[key](*args, **kwargs)
 
         body.ltx_tui_bodies = compiled
-        compiled["ltx-2"] = torch.compile(original)
         setattr(namespace, name, body)
-    for key, fn in (bodies or {}).items():
-        compiled.setdefault(key, torch.compile(fn))
+    for key, fn in {"ltx-2": getattr(installed, "__wrapped__", installed), **(bodies or {})}.items():
+        if key not in compiled:
+            compiled[key] = _under_settings(torch.compile(fn))
 
 
 # --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
