@@ -213,9 +213,9 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
     out = [f"Memory at {plan.shapes.label} (per stage, peak; {gpu})"]
     for s in plan.stages:
         n = max(1, round(width * s.peak_bytes / top))
-        out.append(f"  {s.stage:<15} {s.peak_bytes / GIB:6.1f} GiB  {'#' * n:<{width}}  {s.detail}")
+        out.append(f"  {s.stage:<16} {s.peak_bytes / GIB:6.1f} GiB  {'#' * n:<{width}}  {s.detail}")
     if plan.free_bytes is not None:
-        out.append(f"  {'free':<15} {plan.free_bytes / GIB:6.1f} GiB  {'|' * round(width * plan.free_bytes / top)}")
+        out.append(f"  {'free':<16} {plan.free_bytes / GIB:6.1f} GiB  {'|' * round(width * plan.free_bytes / top)}")
     out.append(f"  {plan.verdict()}")
     for change, peak in plan.fixes:
         out.append(f"  fix: {change:<56} -> peak {peak / GIB:.1f} GiB")

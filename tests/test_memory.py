@@ -16,6 +16,7 @@ def P(**kw):
 
 def test_block_parameters_follow_the_formulas():
     assert M.block_params() == (386_074_624, 385_875_968)
+    assert M.upsampler_params() == 126_250_624
 
 
 @pytest.mark.ltx2
@@ -35,11 +36,15 @@ def test_parameter_counts_are_ltx2s_own():
     assert len(model.transformer_blocks) == 48
     outside = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.transformer_blocks.parameters())
     assert outside == M.DIT_OUTSIDE_BLOCKS
+    from ltx_core.model.upsampler.model import LatentUpsampler
+
+    with torch.device("meta"):
+        assert sum(p.numel() for p in LatentUpsampler().parameters()) == M.upsampler_params()
 
 
 # bench/ltx2_decode.py on the H200 (bench/RESULTS.md): the decode's own memory (act GiB), per mode
 MEASURED = {("chunked_eager", 768, 512): 4.31, ("chunked_eager", 1536, 1024): 17.24,
-            ("chunked_compile", 768, 512): 4.47, ("chunked_compile", 1536, 1024): 17.40,
+            ("chunked_compile", 768, 512): 4.31, ("chunked_compile", 1536, 1024): 17.24,
             ("combined_compile", 768, 512): 7.31, ("combined_compile", 1536, 1024): 29.23}
 
 
@@ -49,6 +54,18 @@ def test_decode_model_matches_the_h200_measurements(mode, w, h):
                  if s.stage == "DiffVAE decode")
     predicted = (stage.peak_bytes - M.VAE_PARAMS * M.BF16) / GIB  # act GiB excludes the weights
     assert abs(predicted / MEASURED[mode, w, h] - 1) < 0.04, (predicted, MEASURED[mode, w, h])
+
+
+# bench/memory.py on the H200 (bench/RESULTS.md): LTX-2's full LTXModel, one forward, peak GiB
+DIT_MEASURED = {("none", 768, 512): 36.42, ("none", 1024, 576): 37.06, ("none", 1536, 1024): 40.29,
+                ("fp8-cast", 768, 512): 19.25, ("fp8-cast", 1024, 576): 19.83, ("fp8-cast", 1536, 1024): 23.06}
+
+
+@pytest.mark.parametrize("quantization, w, h", list(DIT_MEASURED))
+def test_dit_model_matches_the_h200_measurements(quantization, w, h):
+    stage = next(s for s in M.plan_memory(P(transformer__quantization=quantization), RunShapes(w, h, 121),
+                                          None).stages if s.stage == "DiT denoising")
+    assert abs(stage.peak_bytes / GIB / DIT_MEASURED[quantization, w, h] - 1) < 0.02
 
 
 def test_dit_weights_follow_quantization_and_offload():
@@ -96,7 +113,8 @@ def test_check_with_a_run_plans_its_memory(capsys):
     doc = json.loads(capsys.readouterr().out)
     mem = doc["memory"]
     assert doc["exit_code"] == 1 and mem["fits"] is False and mem["peak_stage"] == "DiT denoising"
-    assert [s["stage"] for s in mem["stages"]] == ["text encoder", "DiT denoising", "DiffVAE decode"]
+    assert [s["stage"] for s in mem["stages"]] == ["text encoder", "DiT denoising", "latent upsampler",
+                                                   "DiffVAE decode"]
     assert mem["free_bytes"] == 24 * GIB and mem["fixes"][0]["peak_bytes"] <= mem["free_bytes"]  # fixes that fit
     assert " + " in mem["fixes"][0]["change"]
     assert main(["--check", "--capability", "h200", "--resolution", "768x512", "--frames", "121"]) == 0

@@ -25,7 +25,14 @@ peak is its resident weights plus its own working set; the run's peak is the lar
   combined_compile 9.28 (LTX-2 uses 11 for its natten path); blackwell_dsl LTX-2's 2.5.
   Tiled decode (a fix): the stage-5 tokens of one of N spatial tiles, x1.15 for the overlap
   (an estimate); the stage-4 feature and the accumulator stay full size, as in LTX-2's tiling.
-- The latent upsampler of the two-stage pipelines is not modelled yet.
+- latent upsampler (the two-stage pipelines run LTX-2's `LatentUpsampler` between their DiT
+  passes): its default config (128 latent channels, 512 mid, 4 ResBlocks before and after a
+  2x spatial Conv2d + pixel shuffle; `ltx_core/model/upsampler/model.py`) has
+  in*mid*27 + mid + 2 mid (first conv3d, GroupNorm) + 8 x (2 (mid^2*27 + mid) + 4 mid) +
+  mid*4mid*9 + 4 mid + mid*in*27 + in = 126,250,624 parameters (LatentUpsampler() counts the
+  same); working set UPSAMPLER_ACT x the output latent's tokens x mid x 2 bytes (the input,
+  conv and norm outputs and the residual of a ResBlock; an estimate, not measured yet). Far
+  below the other stages: shown so the plan covers every model the pipeline loads.
 
 Block parameter formulas (d = 4096 video width, a = 2048 audio width; weights + biases + the
 q/k RMS norms; `ltx_core/model/transformer/transformer.py` and `attention.py`): video self- and
@@ -55,6 +62,8 @@ GEMMA = {"hidden": 3840, "layers": 48, "mlp": 15360, "q_heads": 16, "kv_heads": 
 ONE_BYTE = {"fp8-cast", "fp8-scaled-mm", "fp8-blockwise", "int8-w8a8"}
 HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
 TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (estimate)
+UPSAMPLER = {"in": 128, "mid": 512, "blocks": 4}  # LatentUpsampler's defaults
+UPSAMPLER_ACT = 6  # working set in units of latent tokens x mid x 2 bytes (estimate)
 
 
 def block_params() -> tuple[int, int]:
@@ -68,6 +77,13 @@ def block_params() -> tuple[int, int]:
     total = 2 * attn + ff + 2 * audio_attn + audio_ff + a2v + v2a + tables
     biases_norms = 2 * 6 * d + 5 * d + 2 * 6 * a + 5 * a + (3 * a + d) + 2 * a + 4 * a + 2 * a
     return total, total - tables - biases_norms
+
+
+def upsampler_params() -> int:
+    """Parameters of LTX-2's LatentUpsampler in its default config (3D convs, 2x spatial)."""
+    c, m = UPSAMPLER["in"], UPSAMPLER["mid"]
+    res_block = 2 * (m * m * 27 + m) + 4 * m
+    return (c * m * 27 + m + 2 * m) + 2 * UPSAMPLER["blocks"] * res_block + (m * 4 * m * 9 + 4 * m) + (m * c * 27 + c)
 
 
 def gemma_params() -> int:
@@ -158,8 +174,17 @@ def _decode(profile: Profile, shapes: RunShapes, tiles: int = 1) -> StagePeak:
                      f"accumulator {accumulator / GIB:.2f} GiB + weights {weights / GIB:.2f} GiB")
 
 
+def _upsampler(shapes: RunShapes) -> StagePeak:
+    weights = upsampler_params() * BF16
+    tokens = shapes.batch * shapes.dit_tokens
+    act = tokens * UPSAMPLER["mid"] * BF16 * UPSAMPLER_ACT
+    return StagePeak("latent upsampler", weights + act,
+                     f"two-stage pipelines: {upsampler_params() / 1e6:.1f} M params bf16 + {tokens} latent tokens x "
+                     f"{UPSAMPLER['mid']} ch x {UPSAMPLER_ACT} ({act / GIB:.2f} GiB, estimate)")
+
+
 def _stages(profile: Profile, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
-    return _text_encoder(), _dit(profile, shapes), _decode(profile, shapes, tiles)
+    return _text_encoder(), _dit(profile, shapes), _upsampler(shapes), _decode(profile, shapes, tiles)
 
 
 # fixes: what to change -> (profile, shapes, decode tiles)

@@ -23,11 +23,11 @@ class MemoryBars(Static):
         for s in plan.stages:
             n = max(1, round(WIDTH * s.peak_bytes / top))
             over = free is not None and s.peak_bytes > free
-            text.append(f"{s.stage:<15} {s.peak_bytes / GIB:5.1f} GiB ")
+            text.append(f"{s.stage:<16} {s.peak_bytes / GIB:5.1f} GiB ")
             text.append("█" * n, style="red" if over else "green")
             text.append("\n")
         if free is not None:
-            text.append(f"{'free':<15} {free / GIB:5.1f} GiB ")
+            text.append(f"{'free':<16} {free / GIB:5.1f} GiB ")
             text.append("│" * round(WIDTH * free / top), style="dim")
             text.append("\n")
         text.append(f"{plan.shapes.label}: {plan.verdict()}", style="red" if plan.fits is False else "")
