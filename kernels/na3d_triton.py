@@ -176,7 +176,8 @@ _tuned_kernel = triton.autotune(
 )(_heuristic_kernel)
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether Triton kernels run in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -185,7 +186,7 @@ def na3d_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: 
                 config: TileConfig | None = None) -> torch.Tensor:
     """3D neighborhood attention forward on a CUDA device (or the Triton interpreter)."""
     kernel, causal = check_na3d(q, k, v, kernel_size, is_causal, dtypes=SUPPORTED_DTYPES)
-    if q.device.type != "cuda" and not _interpreting():
+    if q.device.type != "cuda" and not interpreting():
         raise RuntimeError(f"the Triton NA kernel needs a CUDA tensor, got {q.device} "
                            "(use backend 'eager_sdpa' on the CPU, or TRITON_INTERPRET=1 for tests)")
     d = q.shape[-1]
@@ -199,7 +200,7 @@ def na3d_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: 
     meta = dict(D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), KT=kernel[0], KH=kernel[1], KW=kernel[2],
                 CT=causal[0], CH=causal[1], CW=causal[2],
                 PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
-    if config is None and _interpreting():
+    if config is None and interpreting():
         config = INTERPRET_CONFIG
     if config is not None:
         fn = _heuristic_kernel

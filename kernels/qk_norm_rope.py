@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.na3d_triton import interpreting
+
 EPS = 1e-6
 BLOCK_N = 32
 
@@ -116,6 +118,14 @@ def qk_norm_rope_torch(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor,
     out = torch.stack([xe * c - xo * s, xe * s + xo * c], dim=-1).flatten(-2).to(qkv.dtype)
     return (out[..., 0, :, :].reshape(*lead, heads, head_dim).contiguous(),
             out[..., 1, :, :].reshape(*lead, heads, head_dim).contiguous())
+
+
+def qk_norm_rope(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 thw: tuple[int, int, int], split: tuple[int, int, int], q_scale: float = 1.0,
+                 eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel on CUDA (or under the Triton interpreter), else the torch ops."""
+    run = qk_norm_rope_triton if qkv.is_cuda or interpreting() else qk_norm_rope_torch
+    return run(qkv, heads, norm_weight, cos, sin, thw, split, q_scale, eps)
 
 
 def qk_norm_rope_triton(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,

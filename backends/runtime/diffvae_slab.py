@@ -13,23 +13,17 @@ RoPE runs in fp32 (LTX-2's default; its bf16 option is not followed: fp32 is the
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
-EPS = 1e-6
+from kernels.qk_norm_rope import EPS, qk_norm_rope, rope_tables
 
 
 @torch.library.custom_op("ltx_tui::qk_norm_rope", mutates_args=())
 def _qk_norm_rope_op(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor, thw: list[int], split: list[int], q_scale: float,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    from kernels import qk_norm_rope as kernel
-
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    run = kernel.qk_norm_rope_triton if qkv.is_cuda or interpreting else kernel.qk_norm_rope_torch
-    return run(qkv, heads, norm_weight, cos, sin, tuple(thw), tuple(split), q_scale, eps)
+    return qk_norm_rope(qkv, heads, norm_weight, cos, sin, tuple(thw), tuple(split), q_scale, eps)
 
 
 @_qk_norm_rope_op.register_fake
@@ -47,7 +41,6 @@ def slab_attention(attention_function, attn, x_chunk: torch.Tensor, w_pos: torch
                    rope_num_tiles: int, rope_compute_bf16: bool) -> torch.Tensor:
     """attn(modulate(rms_norm(x_chunk))) for one W slab (B, T, H, W_slab, dim); LTX-2's parameters."""
     del kt, kh, kw, rope_num_tiles, rope_compute_bf16  # the window is attn.kernel_size; RoPE in fp32
-    from kernels.qk_norm_rope import rope_tables
 
     batch, t, h, w, _ = x_chunk.shape
     y = F.rms_norm(x_chunk, (dim,), norm_weight, EPS) * (1.0 + scale) + shift

@@ -73,7 +73,6 @@ class ChunkedCompile:
     faster; another shape recompiles.
     mlp_tile: tokens per tile of LTX-2's tiled SwiGLU (None: LTX-2's 16384, whose loop is bound by
     kernel launches on an H200); its workspace is tile x 4 x channels (256 MiB at 262144 x 128).
-    w_chunks: W slabs of the stage-5 attention (None: LTX-2's 4).
     fused_qk: the slab body is ltx-tui's (`runtime.diffvae_slab`: one QKV projection, q/k norm +
     RoPE in one kernel) rather than LTX-2's, compiled.
     """
@@ -83,7 +82,6 @@ class ChunkedCompile:
     inject: bool = True
     static_shapes: bool = True
     mlp_tile: int | None = 262_144
-    w_chunks: int | None = None
     fused_qk: bool = True
 
 
@@ -95,8 +93,7 @@ def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any
     if recipe.attention is NAttentionKind.BLACKWELL_DSL:
         return recipe
     if mode == "chunked_compile":
-        recipe = dataclasses.replace(recipe, compile_det_stages=chunked.det_stages,
-                                     w_chunks=chunked.w_chunks or recipe.w_chunks)
+        recipe = dataclasses.replace(recipe, compile_det_stages=chunked.det_stages)
     # EAGER_SDPA keeps LTX-2 from remapping the recipe for a host without natten; the runtime's
     # NA step installs the NA the plan chose on every NeighborhoodAttention3D afterwards.
     return dataclasses.replace(recipe, attention=NAttentionKind.EAGER_SDPA, natten_backend=None)
