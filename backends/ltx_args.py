@@ -8,6 +8,8 @@ runtime). Nothing is dropped silently.
 
 from __future__ import annotations
 
+import shlex
+
 from backends.config.options import Compile, OffloadMode, Quantization, show_value
 from backends.config.plan import Plan
 from backends.config.rules import LTX2_QUANT_FLAGS, Status
@@ -75,3 +77,10 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
     lines += [f"    {f}" + (" \\" if i < len(flags) - 1 else "") for i, f in enumerate(flags)]
     lines += [f"# {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def run_command(profile_path: str, module: str = PIPELINE) -> str:
+    """The `ltx-tui run` command line that runs LTX-2's `module` with the profile applied to every
+    model it builds (the module's own arguments follow `--`)."""
+    return (f"ltx-tui run --profile {shlex.quote(profile_path)} -- {module} "
+            f"<{module.rsplit('.', 1)[-1]}'s own arguments, without the flags the profile sets>\n")

@@ -6,9 +6,17 @@ import argparse
 import os
 import sys
 
+from ltx_tui.errlog import log_internal_error
+
 EXIT_INTERNAL, EXIT_PIPE = 3, 141
 
-EPILOG = """exit codes (--check, --explain):
+EPILOG = """commands:
+  ltx-tui run --profile P.toml [--ledger FILE] [--dry-run] -- ltx_pipelines.<module> ARGS
+               run LTX-2's own pipeline module with the profile applied (ltx-tui run --help)
+  ltx-tui runs [--last N] [--show RUN] [--compare A B] [--json]
+               the run ledger: past runs per stage (ltx-tui runs --help)
+
+exit codes (--check, --explain):
   0  runnable as asked (fallbacks and warnings are reported)
   1  some option cannot run here; with --strict also any fallback or warning;
      with --smoke also any smoke check that did not pass; with --resolution/--frames/--batch
@@ -99,6 +107,11 @@ def _run_shapes(parser: argparse.ArgumentParser, args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("run", "runs"):
+        from ltx_tui.run import run_main, runs_main
+
+        return (run_main if argv[0] == "run" else runs_main)(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
@@ -143,18 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.profile, args.capability)
 
 
-def _log_internal_error() -> str:
-    """Write the current exception's traceback to a log file; returns its path."""
-    import tempfile
-    import traceback
-
-    fd, path = tempfile.mkstemp(prefix="ltx-tui-error-", suffix=".log")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"ltx-tui {' '.join(sys.argv[1:])}\n")
-        traceback.print_exc(file=f)
-    return path
-
-
 def entry() -> None:
     """The console script: exit codes as documented, never a traceback on the terminal."""
     try:
@@ -167,7 +168,7 @@ def entry() -> None:
         print("ltx-tui: interrupted", file=sys.stderr)
         code = 130
     except Exception as e:
-        path = _log_internal_error()
+        path = log_internal_error()
         print(f"ltx-tui: internal error: {type(e).__name__}: {e} (traceback in {path})", file=sys.stderr)
         code = EXIT_INTERNAL
     sys.exit(code)

@@ -356,12 +356,14 @@ def _check_device(device: torch.device) -> None:
 
 
 def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capability | None = None, *,
-                  device: torch.device | str | None = None, include: str | None = None) -> ApplyReport:
+                  device: torch.device | str | None = None, include: str | None = None,
+                  place: bool = True) -> ApplyReport:
     """Configure `model` in place as `profile` (or an already resolved plan) says; returns what was done.
 
     `device`: where the model runs (default: where its parameters are); with offload the blocks'
     weights stay in host memory and stream to it. `include`: a glob over module names narrowing
-    the quantized linears. `auto` values follow this machine's tune cache (`ltx-tui --tune`), as
+    the quantized linears. `place=False` leaves the weights where they are (a model whose placement
+    its builder owns, such as LTX-2's block-streaming wrapper). `auto` values follow this machine's tune cache (`ltx-tui --tune`), as
     `--check` resolves them. Raises ProfileNotRunnable, with the model untouched, when a step
     cannot run here.
     """
@@ -380,7 +382,8 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
     for kind in PREPARE:
         step = steps.get(kind)
         if kind == "offload" and step is None:  # no streaming: the model is placed on the device there
-            prepared.append(_place(device))
+            if place:
+                prepared.append(_place(device))
         elif step is not None:
             prepared.append(PREPARE[kind](step, model, plan, device, include))
     report = ApplyReport(plan)

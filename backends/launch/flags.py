@@ -1,0 +1,191 @@
+"""The flag policy of `ltx-tui run`: the profile is authoritative over LTX-2's own speed flags.
+
+LTX-2 v1.2.0's pipeline modules take five flags that the profile also sets: `--quantization`,
+`--compile [KEY=VALUE ...]`, `--offload`, `--diffvae-optimization` and `--max-batch-size`
+(ltx_pipelines/utils/args.py, `basic_arg_parser`). Given on the command line, each is compared
+with the profile before anything loads: one that disagrees is a `FlagConflict` (exit 2, naming
+both); one that agrees is taken over. Either way the flag never reaches LTX-2 as the user wrote
+it: what LTX-2 must do itself is added back from the profile (`ltx_argv`), once:
+
+- offload: LTX-2's own streaming builder realises `offload.mode` (`--offload MODE`); with it,
+  LTX-2 also applies fp8-cast and compile at load (its streaming path applies them to the meta
+  model; ltx-tui's runtime cannot replace the linears or blocks of a streamed model), so those go
+  to LTX-2 as `--quantization fp8-cast` / `--compile ...` too;
+- otherwise ltx-tui's runtime applies quantization and compile to the loaded DiT, and its
+  DiffVAE layout to the decoder (LTX-2's `diffvae_mode_*` op is taken off the decoder's builder);
+- `--max-batch-size N` is passed on when the profile's `memory.max_batch_size` is not 1 (LTX-2
+  parses it everywhere; only some modules read it).
+
+Pure: no torch, no LTX-2 imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from backends.config.options import Compile, OffloadMode, Profile, Quantization
+
+FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
+# LTX-2's --compile keys that the profile has no option for.
+COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
+COMPILE_KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")
+
+
+class FlagConflict(ValueError):
+    """An LTX-2 flag on the command line disagrees with the profile (or cannot be read)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    flag: str  # as given, e.g. "--quantization fp8-cast"
+    option: str  # the profile option it maps to
+    verdict: str  # "agrees" | "conflicts"
+    detail: str
+
+
+@dataclass(frozen=True)
+class FlagPolicy:
+    """The module's arguments split into what LTX-2 receives and what ltx-tui does instead."""
+
+    ltx_argv: tuple[str, ...]
+    verdicts: tuple[Verdict, ...] = ()
+    ltx2_does: tuple[str, ...] = ()  # options LTX-2 itself realises (from flags the launcher adds)
+    dit_steps: tuple[str, ...] = ()  # plan step kinds ltx-tui applies to each DiT build
+    decoder_steps: tuple[str, ...] = ("diffvae_layout", "na_backend")
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def conflicts(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.verdict == "conflicts"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # never print usage and exit: the caller reports
+        raise FlagConflict(message)
+
+
+def _parser() -> _Parser:
+    p = _Parser(add_help=False, allow_abbrev=False)
+    p.add_argument("--quantization")
+    p.add_argument("--compile", nargs="*")
+    p.add_argument("--offload")
+    p.add_argument("--diffvae-optimization")
+    p.add_argument("--max-batch-size")
+    return p
+
+
+def _bool(text: str) -> bool | None:
+    return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.strip().lower())
+
+
+def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
+    """(agrees, in words, the option it turns on)."""
+    if not c.enabled:
+        return False, "the profile has compile.enabled = false", "compile.enabled"
+    given: dict[str, str] = {}
+    for item in pairs:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise FlagConflict(f"--compile expects KEY=VALUE pairs, got {item!r}")
+        if key in COMPILE_EXTRA_KEYS:
+            raise FlagConflict(f"--compile {key}=...: the profile has no option for {key}; "
+                               "drop it, or run LTX-2 without ltx-tui (`ltx-tui --check --ltx-args`)")
+        if key not in COMPILE_KEYS:
+            raise FlagConflict(f"--compile {key}=...: not a key LTX-2 knows (keys: {', '.join(COMPILE_KEYS + COMPILE_EXTRA_KEYS)})")
+        given[key] = raw.strip()
+    wrong = []
+    for key, raw in given.items():
+        want = getattr(c, key)
+        if key in ("fullgraph", "capture"):
+            same = _bool(raw) == want
+        elif key == "dynamic":
+            same = (raw.lower() if _bool(raw) is None else str(_bool(raw)).lower()) == str(want) \
+                or (raw.lower() in ("none", "null") and str(want) == "auto")
+        elif key == "mode":
+            same = raw == str(want) or (raw.lower() in ("none", "null") and str(want) == "default")
+        else:
+            same = raw == str(want)
+        if not same:
+            wrong.append((key, f"{key}={raw} but the profile has compile.{key} = {want}"))
+    if wrong:
+        return False, "; ".join(text for _, text in wrong), ", ".join(f"compile.{key}" for key, _ in wrong)
+    return True, "compile.enabled = true" + "".join(f", compile.{k} = {v}" for k, v in given.items()), "compile.enabled"
+
+
+def _compile_flag(c: Compile) -> list[str]:
+    pairs = [f"{k}={str(getattr(c, k)).lower()}" for k in COMPILE_KEYS if getattr(c, k) != getattr(Compile(), k)]
+    return ["--compile", *[p.replace("dynamic=auto", "dynamic=none") for p in pairs]]
+
+
+def _flag_text(name: str, value) -> str:
+    if isinstance(value, list):
+        return " ".join([name, *value])
+    return f"{name} {value}"
+
+
+def abbreviations(args: list[str]) -> list[str]:
+    """Arguments that argparse would expand to one of the five flags (LTX-2 allows abbreviations)."""
+    out = []
+    for a in args:
+        name = a.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and name not in FLAGS \
+                and any(f.startswith(name) for f in FLAGS):
+            out.append(a)
+    return out
+
+
+def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
+    """Compare the module's arguments with `profile`; FlagConflict lists every disagreement."""
+    args = list(args)
+    short = abbreviations(args)
+    if short:
+        raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
+                           "spell the flag out (the profile decides its value)")
+    ns, rest = _parser().parse_known_args(args)
+    verdicts: list[Verdict] = []
+
+    def judge(flag: str, option: str, ok: bool, detail: str) -> None:
+        verdicts.append(Verdict(flag, option, "agrees" if ok else "conflicts", detail))
+
+    q = profile.transformer.quantization
+    if ns.quantization is not None:
+        judge(_flag_text("--quantization", ns.quantization), "transformer.quantization", ns.quantization == str(q),
+              f"the profile has transformer.quantization = {q}")
+    if ns.compile is not None:
+        ok, detail, option = _compile_verdict(ns.compile, profile.compile)
+        judge(_flag_text("--compile", ns.compile), option, ok, detail)
+    o = profile.offload.mode
+    if ns.offload is not None:
+        judge(_flag_text("--offload", ns.offload), "offload.mode", ns.offload == str(o),
+              f"the profile has offload.mode = {o}")
+    if ns.diffvae_optimization is not None:
+        mode = profile.diffvae.mode
+        judge(_flag_text("--diffvae-optimization", ns.diffvae_optimization), "diffvae.mode",
+              ns.diffvae_optimization == str(mode), f"the profile has diffvae.mode = {mode}")
+    n = profile.memory.max_batch_size
+    if ns.max_batch_size is not None:
+        judge(_flag_text("--max-batch-size", ns.max_batch_size), "memory.max_batch_size",
+              ns.max_batch_size.strip() == str(n), f"the profile has memory.max_batch_size = {n}")
+
+    ltx_argv, ltx2_does, notes = list(rest), [], []
+    dit_steps = ["dense_attention"]
+    if o is not OffloadMode.NONE:
+        ltx_argv += ["--offload", str(o)]
+        ltx2_does.append(f"offload.mode = {o}: LTX-2's StreamingModelBuilder (--offload {o})")
+        if q is not Quantization.NONE:
+            ltx_argv += ["--quantization", str(q)]
+            ltx2_does.append(f"transformer.quantization = {q}: LTX-2's policy on the streamed model (--quantization {q})")
+        if profile.compile.enabled:
+            flag = _compile_flag(profile.compile)
+            ltx_argv += flag
+            ltx2_does.append(f"compile: LTX-2's compile op on the streamed model ({' '.join(flag)})")
+        if profile.offload.gpu_slots != 2 or profile.offload.prefetch != 2:
+            notes.append("offload.gpu_slots / offload.prefetch: LTX-2's streaming builder uses its own (2 GPU slots)")
+    else:
+        dit_steps += ["quantize", "compile"]
+    if n != 1:
+        ltx_argv += ["--max-batch-size", str(n)]
+        ltx2_does.append(f"memory.max_batch_size = {n}: --max-batch-size {n} (read by some modules only)")
+    return FlagPolicy(tuple(ltx_argv), tuple(verdicts), tuple(ltx2_does), tuple(dit_steps), notes=tuple(notes))

@@ -1,0 +1,143 @@
+"""What `ltx-tui run` needs of LTX-2 before it wraps anything: the right version and structure.
+
+The launcher wraps functions of ltx-core and ltx-pipelines v1.2.0 (`WRAPPED`); another version, or
+one of those functions with another signature, would make a wrapper call LTX-2 wrongly or miss a
+model. `check()` imports both packages and returns the problems, each saying what differs; the
+launcher then exits 2 before any weights load (`ltx-tui --check --ltx-args` still works: it only
+writes LTX-2's own flags).
+
+ltx-core and ltx-pipelines are found installed, else under `$LTX2_CORE_SRC` and
+`$LTX2_PIPELINES_SRC` (the `src/` folders of v1.2.0 checkouts; PyPI does not ship 1.2.0).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from backends.runtime.ltx2 import import_ltx_core
+
+SUPPORTED = "1.2.0"
+PIPELINES_ENV = "LTX2_PIPELINES_SRC"
+DISTS = {"ltx_core": "ltx-core", "ltx_pipelines": "ltx-pipelines"}
+
+# (module, qualified name, parameter names) of every LTX-2 function the launcher wraps or calls.
+WRAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("ltx_core.loader.single_gpu_model_builder", "SingleGPUModelBuilder.build", ("self", "device", "dtype", "kwargs")),
+    ("ltx_core.loader.single_gpu_model_builder", "SingleGPUModelBuilder.with_registry", ("self", "registry")),
+    ("ltx_core.loader.single_gpu_model_builder", "SingleGPUModelBuilder.with_module_ops", ("self", "module_ops")),
+    ("ltx_core.block_streaming.builder", "StreamingModelBuilder.build",
+     ("self", "device", "dtype", "cpu_slots_count", "gpu_slots_count", "_kwargs")),
+    ("ltx_core.model.transformer.model", "LTXModel.forward", ("self", "video", "audio", "perturbations")),
+    ("ltx_pipelines.utils.blocks", "PromptEncoder.__call__",
+     ("self", "prompts", "enhance_first_prompt", "enhance_prompt_image", "enhance_prompt_seed", "enhance_static_cache")),
+    ("ltx_pipelines.utils.blocks", "DiffusionStage.__call__",
+     ("self", "denoiser", "sigmas", "noiser", "width", "height", "frames", "fps", "video", "audio", "stepper", "loop",
+      "max_batch_size")),
+    ("ltx_pipelines.utils.blocks", "ImageConditioner.__call__", ("self", "fn")),
+    ("ltx_pipelines.utils.blocks", "VideoUpsampler.__call__", ("self", "latent")),
+    ("ltx_pipelines.utils.blocks", "VideoDecoder.__call__", ("self", "latent", "tiling_config", "generator", "dtype")),
+    ("ltx_pipelines.utils.blocks", "AudioDecoder.__call__", ("self", "latent")),
+)
+
+
+class GateError(Exception):
+    """LTX-2 is missing, of another version, or changed where the launcher wraps it."""
+
+
+@dataclass(frozen=True)
+class Found:
+    versions: dict[str, str | None]
+    problems: tuple[str, ...]
+
+
+def import_ltx_pipelines():
+    """(ltx_pipelines, None) or (None, why not and how to get it)."""
+    core, why = import_ltx_core()
+    if core is None:
+        return None, why
+    src = os.environ.get(PIPELINES_ENV)
+    if src and src not in sys.path and os.path.isdir(os.path.join(src, "ltx_pipelines")):
+        sys.path.append(src)
+    try:
+        import ltx_pipelines
+    except ImportError as e:
+        where = f" ({PIPELINES_ENV}={src!r})" if src else f" ({PIPELINES_ENV} is not set)"
+        return None, (f"ltx_pipelines is not importable{where}: {e}; install ltx-pipelines v{SUPPORTED} or set "
+                      f"{PIPELINES_ENV} to the src/ folder of an ltx-pipelines v{SUPPORTED} checkout")
+    return ltx_pipelines, None
+
+
+def package_version(module) -> str | None:
+    """The installed distribution's version, else the `version` of the pyproject.toml of the
+    checkout the package was imported from; None when neither says."""
+    dist = DISTS[module.__name__]
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        pass
+    for parent in Path(module.__file__).resolve().parents[:3]:
+        pyproject = parent / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                project = tomllib.loads(pyproject.read_text()).get("project", {})
+            except (OSError, tomllib.TOMLDecodeError):
+                return None
+            if project.get("name") == dist:
+                return str(project.get("version"))
+    return None
+
+
+def _resolve(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def signature_problems(wrapped=WRAPPED) -> list[str]:
+    """Each wrapped function that is missing or whose parameters differ from v1.2.0's."""
+    problems = []
+    for module, qualname, params in wrapped:
+        try:
+            fn = _resolve(module, qualname)
+            got = tuple(inspect.signature(fn).parameters)
+        except (ImportError, AttributeError) as e:
+            problems.append(f"{module}.{qualname} is missing ({type(e).__name__}: {e})")
+            continue
+        except (TypeError, ValueError) as e:
+            problems.append(f"{module}.{qualname} has no readable signature ({e})")
+            continue
+        if got != params:
+            problems.append(f"{module}.{qualname}({', '.join(got)}) differs from v{SUPPORTED}'s ({', '.join(params)})")
+    return problems
+
+
+def check() -> Found:
+    """Import LTX-2 and compare it with what the launcher was written for."""
+    pipelines, why = import_ltx_pipelines()
+    if pipelines is None:
+        return Found({}, (why,))
+    import ltx_core
+
+    versions = {DISTS[m.__name__]: package_version(m) for m in (ltx_core, pipelines)}
+    problems = [f"{dist} {v or '(version unknown)'} is not v{SUPPORTED}" for dist, v in versions.items() if v != SUPPORTED]
+    problems += signature_problems()
+    return Found(versions, tuple(problems))
+
+
+def require() -> dict[str, str | None]:
+    """The versions of ltx-core and ltx-pipelines; GateError with every problem otherwise."""
+    found = check()
+    if found.problems:
+        raise GateError("LTX-2 is not what `ltx-tui run` wraps:\n" + "\n".join(f"  {p}" for p in found.problems)
+                        + f"\n`ltx-tui run` supports ltx-core and ltx-pipelines v{SUPPORTED} as released; "
+                        "`ltx-tui --check --ltx-args --profile P.toml` still writes LTX-2's own command line for "
+                        "the profile")
+    return found.versions

@@ -1,0 +1,281 @@
+"""`ltx-tui run`: one of LTX-2 v1.2.0's own pipeline modules, unmodified, with a profile applied.
+
+`prepare()` does everything that needs no weights: reads the profile, judges the module's LTX-2
+flags against it (`flags.policy`), checks LTX-2's version and the functions it wraps
+(`gate.require`), sets the allocator environment before CUDA starts, probes this machine and
+resolves the plan (with this machine's tune cache, as `--check` does). `launch()` then runs the
+module in this process (`runpy`, as `python -m` would) with the builders and blocks wrapped
+(`hooks`), and returns a `RunRecord` for the ledger: per stage seconds and peak GPU memory beside
+the memory plan's prediction, per model load and apply seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib.util
+import runpy
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from backends.config.options import Profile, toml_value
+from backends.config.plan import Plan
+from backends.config.profile import MAX_BYTES, ProfileError, dumps, read
+from backends.launch import flags as flagmod
+from backends.launch import gate
+from backends.machine.textfile import FileProblem, read_bounded
+from backends.machine.runs import ModelRecord, RunRecord, StageRecord, new_id
+from backends.version import TOOL_VERSION
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MGPU_SUFFIX = "_mgpu"
+PREDICTED = {"text_encoder": "text encoder", "denoise": "DiT denoising", "upsample": "latent upsampler",
+             "video_decode": "DiffVAE decode"}
+
+
+class LaunchError(Exception):
+    """The run cannot start; `code` is the exit code (2: usage, profile, flags, LTX-2 version)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a run will do, decided before any weights load."""
+
+    module: str
+    module_args: tuple[str, ...]
+    profile_path: str
+    profile: Profile
+    profile_sha256: str
+    policy: flagmod.FlagPolicy
+    plan: Plan
+    versions: dict[str, str | None]
+    shape: dict[str, int]
+    env_warnings: tuple[str, ...] = ()
+
+    def command(self) -> str:
+        import shlex
+
+        env = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True " \
+            if self.plan["memory.expandable_segments"].effective else ""
+        return env + shlex.join(["python", "-m", self.module, *self.policy.ltx_argv])
+
+
+def _shape(args: tuple[str, ...]) -> dict[str, int]:
+    """The run's width, height and frames as the module's arguments give them (what is absent is left out)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("--width", "--height", "--num-frames"):
+        p.add_argument(name, type=str)
+    ns, _ = p.parse_known_args(list(args))
+    out = {}
+    for key, value in (("width", ns.width), ("height", ns.height), ("frames", ns.num_frames)):
+        if value is not None and value.isdigit():
+            out[key] = int(value)
+    return out
+
+
+def _read_profile(path: str | None) -> tuple[Profile, str, str]:
+    """(profile, label, sha256 of its file; of its TOML for the default profile)."""
+    if path is None:
+        return Profile(), "(default profile)", hashlib.sha256(dumps(Profile()).encode()).hexdigest()
+    try:
+        profile, _warnings = read(path)
+        data = read_bounded(Path(path), MAX_BYTES)
+    except ProfileError as e:
+        raise LaunchError(str(e)) from None
+    except FileProblem as e:
+        raise LaunchError(f"{path}: {e}") from None
+    return profile, str(path), hashlib.sha256(data).hexdigest()
+
+
+def prepare(profile_path: str | None, module: str, module_args: list[str] | tuple[str, ...], *,
+            capability=None) -> Prepared:
+    """Everything before the weights; LaunchError (exit 2, or 1 for a plan that cannot run here)."""
+    if not module.startswith("ltx_pipelines.") or not all(p.isidentifier() for p in module.split(".")):
+        raise LaunchError(f"{module!r}: not an LTX-2 pipeline module; expected ltx_pipelines.<module>, e.g. "
+                          "ltx_pipelines.distilled (usage: ltx-tui run --profile P.toml -- ltx_pipelines.distilled ARGS)")
+    profile, label, digest = _read_profile(profile_path)
+    if module.endswith(MGPU_SUFFIX) or profile.parallel.gpus > 1:
+        raise LaunchError(f"{module} with parallel.gpus = {profile.parallel.gpus}: `ltx-tui run` runs single-GPU "
+                          "pipeline modules only for now; for LTX-2's multi-GPU modules use "
+                          "`ltx-tui --check --ltx-args` and run them yourself")
+    try:
+        policy = flagmod.policy(module_args, profile)
+    except flagmod.FlagConflict as e:
+        raise LaunchError(f"{module}'s arguments: {e}") from None
+    if policy.conflicts:
+        raise LaunchError("the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
+            f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
+            for v in policy.conflicts))
+    try:
+        versions = gate.require()
+    except gate.GateError as e:
+        raise LaunchError(str(e)) from None
+    if importlib.util.find_spec(module) is None:
+        raise LaunchError(f"{module}: no such module in ltx-pipelines {versions.get('ltx-pipelines')}")
+    from backends.runtime.apply import apply_env
+
+    env_warnings = tuple(apply_env(profile))  # before anything starts CUDA
+    plan = _plan(profile, capability)
+    if plan.blocking:
+        raise LaunchError("the profile cannot run here:\n" + "\n".join(
+            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking),
+            code=EXIT_FAILED)
+    return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
+                    _shape(tuple(module_args)), env_warnings)
+
+
+def _plan(profile: Profile, capability) -> Plan:
+    """The plan for the device LTX-2 will run on, `auto` following this machine's tune cache."""
+    import torch
+
+    from backends.config.plan import resolve
+    from backends.machine.capability import probe
+    from backends.machine.tuned import load_tuned
+
+    capability = capability or probe()
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return resolve(profile, capability.for_device(device), load_tuned(capability))
+
+
+def describe(prep: Prepared) -> str:
+    """The dry run: the plan, the flags' verdicts, who does what, and the LTX-2 command."""
+    lines = [f"ltx-tui run: {prep.module} with {prep.profile_path} (sha256 {prep.profile_sha256[:12]})",
+             f"LTX-2: ltx-core {prep.versions.get('ltx-core')}, ltx-pipelines {prep.versions.get('ltx-pipelines')}",
+             "", "plan (option = effective value, status):"]
+    width = max(len(d.option) for d in prep.plan)
+    lines += [f"  {d.option:<{width}} = {toml_value(d.effective) if d.effective is not None else '-':<20} {d.status}"
+              for d in prep.plan]
+    lines += ["", "LTX-2 flags on the command line:"]
+    lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else "")
+              for v in prep.policy.verdicts] or ["  none of --quantization, --compile, --offload, "
+                                                  "--diffvae-optimization, --max-batch-size"]
+    steps = {s.kind: s for s in prep.plan.steps}
+    lines += ["", "ltx-tui applies to each LTXModel LTX-2 builds:"]
+    lines += [f"  {steps[k].text}" for k in prep.policy.dit_steps if k in steps] or ["  nothing"]
+    lines += ["ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds (LTX-2's own layout op removed):"]
+    lines += [f"  {steps[k].text}" for k in prep.policy.decoder_steps if k in steps] or ["  nothing"]
+    if prep.policy.ltx2_does:
+        lines += ["LTX-2 does, from the flags ltx-tui passes:"] + [f"  {t}" for t in prep.policy.ltx2_does]
+    lines += [f"note: {n}" for n in prep.policy.notes] + [f"warning: {w}" for w in prep.env_warnings]
+    lines += ["", "LTX-2 command (what runs, in this process):", f"  {prep.command()}"]
+    return "\n".join(lines) + "\n"
+
+
+def _predictions(prep: Prepared) -> Callable[[str, dict[str, int]], tuple[float | None, str | None]]:
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.memory import GIB, plan_memory
+
+    def predict(kind: str, stage_shape: dict[str, int]) -> tuple[float | None, str | None]:
+        name = PREDICTED.get(kind)
+        shape = dict(prep.shape, **stage_shape)
+        if name is None or not {"width", "height", "frames"} <= shape.keys():
+            return None, None
+        try:
+            shapes = RunShapes(shape["width"], shape["height"], shape["frames"])
+        except ValueError:
+            return None, None
+        stage = next(s for s in plan_memory(prep.profile, shapes, None).stages if s.stage == name)
+        return round(stage.peak_bytes / GIB, 3), name
+    return predict
+
+
+def _model_record(built) -> ModelRecord:
+    changes, warnings = (), ()
+    if built.report is not None:
+        changes = tuple(f"{c.option}: {c.action} {c.detail}" for c in built.report.changes
+                        if c.action not in ("kept", "unused", "pipeline", "no target"))
+        warnings = tuple(built.report.warnings)
+    return ModelRecord(built.model, built.stage, round(built.load_s, 4), round(built.apply_s, 4), built.applied,
+                       changes, warnings)
+
+
+def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
+    from backends.launch.meter import GIB
+
+    out = []
+    for s in meter.stages:
+        predicted, against = predict(s.kind, s.shape)
+        out.append(StageRecord(
+            s.name, s.kind, round(s.seconds, 4), s.calls,
+            None if s.peak_allocated is None else round(s.peak_allocated / GIB, 3),
+            None if s.peak_reserved is None else round(s.peak_reserved / GIB, 3),
+            tuple(s.step_seconds()), s.forwards, s.tokens, predicted, against))
+    return tuple(out)
+
+
+def _device_info(device) -> dict:
+    import torch
+
+    if device.type != "cuda":
+        return {"type": device.type}
+    props = torch.cuda.get_device_properties(device)
+    return {"type": "cuda", "name": props.name, "total_gib": round(props.total_memory / 2**30, 2),
+            "capability": f"{props.major}.{props.minor}"}
+
+
+@dataclass
+class Outcome:
+    code: int
+    record: RunRecord
+    built: list = field(default_factory=list)
+    log: str | None = None
+
+
+def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built: None,
+           log_error: Callable[[], str] | None = None) -> Outcome:
+    """Run the module with the plan applied; never raises for the module's own failure."""
+    import torch
+
+    from backends.launch.hooks import Hooks
+    from backends.launch.meter import Meter
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    meter = Meter(device)
+    hooks = Hooks(prep.plan, prep.policy.dit_steps, prep.policy.decoder_steps, meter, on_built)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t0 = time.perf_counter()
+    status, code, error, log = "ok", EXIT_OK, None, None
+    saved_argv = sys.argv
+    sys.argv = [prep.module, *prep.policy.ltx_argv]
+    try:
+        with hooks.installed():
+            runpy.run_module(prep.module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:  # the module's own exit (argparse errors exit 2)
+        c = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if c != 0:
+            status, code, error = "failed", c, f"{prep.module} exited with {e.code}"
+    except KeyboardInterrupt:
+        status, code, error = "interrupted", 130, "interrupted"
+    except Exception as e:
+        status, code, error = "failed", EXIT_FAILED, f"{type(e).__name__}: {e}"
+        log = log_error() if log_error is not None else traceback.format_exc()
+    finally:
+        sys.argv = saved_argv
+        for s in list(meter.active):
+            meter.pause(s)
+    dits = [b for b in hooks.built if b.model == "LTXModel"]
+    if status == "ok" and not any(b.applied for b in dits):
+        status, code = "not applied", EXIT_FAILED
+        error = ("profile not applied: no LTXModel was built through LTX-2's builders"
+                 if not dits else "profile not applied to any LTXModel")
+    record = RunRecord(
+        id=new_id(started), started=started.isoformat(timespec="seconds"), module=prep.module, status=status,
+        exit=code, wall_s=round(time.perf_counter() - t0, 3), argv=tuple(argv), ltx_argv=prep.policy.ltx_argv,
+        error=error, versions=dict(prep.versions, **{"ltx-tui": TOOL_VERSION, "torch": torch.__version__}),
+        device=_device_info(device), shape=prep.shape,
+        profile={"path": prep.profile_path, "sha256": prep.profile_sha256,
+                 "values": {d.option: toml_value(d.requested) for d in prep.plan}},
+        plan={"effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
+              "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)},
+        models=tuple(_model_record(b) for b in hooks.built),
+        stages=_stage_records(meter, _predictions(prep)))
+    return Outcome(code, record, hooks.built, log)

@@ -1,0 +1,199 @@
+"""The run ledger: one JSON record per `ltx-tui run`, appended to a JSON-lines file.
+
+Written by the launcher (`backends.launch`), read by `ltx-tui runs`, the app's Runs tab and the
+comparison of two runs. The default file is `runs.jsonl` in the user data directory
+(platformdirs; on Linux `$XDG_DATA_HOME/ltx-tui/`). Appends are whole lines under an exclusive
+lock, so two runs writing at once never interleave. A line that is not a record of this schema
+(hand-edited, truncated by a crash, a future version) is skipped and counted, never fatal.
+
+A record (`RunRecord.to_dict()`): id, started (UTC ISO), module, argv (ltx-tui's), ltx_argv (what
+LTX-2's module received), exit code, status, error, wall seconds, versions, device, the run's
+shape (width, height, frames), the profile (path, sha256, values), the plan (option -> effective
+value, step texts), the models built (`ModelRecord`) and the stages (`StageRecord`: seconds, peak
+GPU memory allocated and reserved, per-step seconds for denoising, the memory plan's prediction).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from backends.machine.textfile import FileProblem, read_bounded
+
+SCHEMA_VERSION = 1
+LEDGER_LIMIT = 64 << 20  # a ledger larger than this is read from its last LEDGER_LIMIT bytes
+STATUSES = ("ok", "failed", "not applied", "interrupted")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """One model LTX-2 built during the run and what the plan did to it."""
+
+    model: str  # class name: LTXModel, DiffusionVideoDecoder, ...
+    stage: str  # the stage that built it
+    load_s: float
+    apply_s: float
+    applied: bool  # the plan was applied to it (False: built as LTX-2 built it)
+    changes: tuple[str, ...] = ()  # "option: action detail" of the report, for options that did something
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage of the run: time and peak GPU memory while it was active."""
+
+    name: str  # "text encoding", "denoising 1", "upsampling", "audio decode", "video decode", ...
+    kind: str  # text_encoder | denoise | upsample | image_condition | audio_decode | video_decode
+    seconds: float
+    calls: int = 1
+    peak_allocated_gib: float | None = None
+    peak_reserved_gib: float | None = None
+    step_seconds: tuple[float, ...] = ()  # denoising: seconds of each step (all forwards at one sigma)
+    forwards: int = 0  # denoising: transformer forwards (guidance makes several per step)
+    tokens: int | None = None  # denoising: video tokens per forward
+    predicted_gib: float | None = None  # the memory plan's peak for this stage, same run and profile
+    predicted_stage: str | None = None  # the memory plan's stage it was compared with
+
+    @property
+    def error_pct(self) -> float | None:
+        """(predicted - measured) / measured, in percent."""
+        if self.predicted_gib is None or not self.peak_allocated_gib:
+            return None
+        return 100.0 * (self.predicted_gib - self.peak_allocated_gib) / self.peak_allocated_gib
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    started: str
+    module: str
+    status: str
+    exit: int
+    wall_s: float
+    argv: tuple[str, ...] = ()
+    ltx_argv: tuple[str, ...] = ()
+    error: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    shape: dict[str, int] = field(default_factory=dict)
+    profile: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    models: tuple[ModelRecord, ...] = ()
+    stages: tuple[StageRecord, ...] = ()
+    rank: int | None = None  # multi-GPU: the rank that wrote the record
+
+    @property
+    def gpu_seconds(self) -> float:
+        """Seconds of the stages (the run's GPU work), without Python start-up and file writing."""
+        return sum(s.seconds for s in self.stages)
+
+    @property
+    def peak_gib(self) -> float | None:
+        peaks = [s.peak_allocated_gib for s in self.stages if s.peak_allocated_gib is not None]
+        return max(peaks) if peaks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(asdict(self), schema=SCHEMA_VERSION)
+
+    @staticmethod
+    def from_dict(data: Any) -> "RunRecord":
+        """A record from its JSON form; ValueError when it is not one of this schema."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+            raise ValueError("not a run record of schema 1")
+        try:
+            known = {f.name for f in fields(RunRecord)}
+            values = {k: v for k, v in data.items() if k in known}
+            values["argv"] = tuple(values.get("argv", ()))
+            values["ltx_argv"] = tuple(values.get("ltx_argv", ()))
+            values["models"] = tuple(ModelRecord(**dict(m, changes=tuple(m.get("changes", ())),
+                                                        warnings=tuple(m.get("warnings", ()))))
+                                     for m in values.get("models", ()))
+            values["stages"] = tuple(StageRecord(**dict(s, step_seconds=tuple(s.get("step_seconds", ()))))
+                                     for s in values.get("stages", ()))
+            record = RunRecord(**values)
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"malformed run record: {e}") from None
+        if record.status not in STATUSES or not isinstance(record.id, str):
+            raise ValueError(f"malformed run record: status {record.status!r}")
+        return record
+
+
+def default_ledger() -> Path:
+    import platformdirs
+
+    return platformdirs.user_data_path("ltx-tui") / "runs.jsonl"
+
+
+def new_id(now: datetime.datetime | None = None) -> str:
+    """'20261130-221503-1a2b': sortable by time, unique enough for one machine."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
+
+
+def append(record: RunRecord, path: Path | None = None) -> Path:
+    """Append `record` as one line to the ledger at `path` (default: the user data directory)."""
+    path = Path(path) if path is not None else default_ledger()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return path
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The records of a ledger file, oldest first, and how many lines were not records."""
+
+    path: Path
+    records: tuple[RunRecord, ...]
+    skipped: int = 0
+
+    def find(self, key: str) -> RunRecord:
+        """A record by id or id prefix, else by position (1 the oldest, -1 the newest); KeyError
+        says what the ledger holds."""
+        matches = [r for r in self.records if r.id.startswith(key)] if key else []
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise KeyError(f"run {key!r}: {len(matches)} runs in {self.path} have ids starting so; give more of the id")
+        if key.lstrip("-").isdigit():
+            n = int(key)
+            index = n - 1 if n > 0 else n
+            if n != 0 and -len(self.records) <= index < len(self.records):
+                return self.records[index]
+        raise KeyError(f"run {key!r}: no run in {self.path} with that id or position (it holds "
+                       f"{len(self.records)}; `ltx-tui runs` lists them)")
+
+
+def load(path: Path | None = None) -> Ledger:
+    """The ledger at `path` (default: the user data directory); empty when it does not exist.
+    FileProblem when the path is not a readable regular file."""
+    path = Path(path) if path is not None else default_ledger()
+    if not path.exists():
+        return Ledger(path, ())
+    try:
+        data = read_bounded(path, LEDGER_LIMIT)
+    except FileProblem as e:
+        if "bytes; at most" not in str(e):
+            raise
+        with open(path, "rb") as f:  # a long history: its newest part
+            f.seek(-LEDGER_LIMIT, os.SEEK_END)
+            data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
+    records, skipped = [], 0
+    for raw in data.splitlines():
+        if not raw.strip():
+            continue
+        try:
+            records.append(RunRecord.from_dict(json.loads(raw)))
+        except (ValueError, RecursionError):
+            skipped += 1
+    return Ledger(path, tuple(records), skipped)

@@ -1,0 +1,215 @@
+"""`ltx-tui run` and `ltx-tui runs`: launch an LTX-2 pipeline with a profile; read the run ledger.
+
+Never imports textual. Exit codes of `run`: 0 the run finished with the profile applied; 1 the
+module failed, the plan cannot run here, or no LTXModel got the plan ("profile not applied");
+2 usage, profile, a flag that disagrees with the profile, LTX-2 of another version or structure;
+3 internal error; 130 interrupted; the module's own exit code when it exits non-zero itself
+(argparse errors: 2). `runs`: 0, 2 for a ledger or run id that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from backends.machine import runs as ledger_mod
+from backends.machine.textfile import FileProblem
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+RUN_EPILOG = """Everything after `--` is the pipeline module and its own arguments, as for
+`python -m ltx_pipelines.<module>`. The profile is authoritative: --quantization, --compile,
+--offload, --diffvae-optimization and --max-batch-size may be given only when they agree with it.
+
+exit codes:
+  0  the run finished and the profile was applied to every LTXModel built
+  1  the module failed, the plan cannot run here, or no LTXModel got the plan
+  2  usage, profile, a flag that disagrees with the profile, LTX-2 not v1.2.0 as released
+  3  internal error;  130  interrupted;  otherwise the module's own exit code
+"""
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ltx-tui run", description="Run an LTX-2 v1.2.0 pipeline module with a "
+                                "profile applied to every model it builds, and record the run.",
+                                epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", metavar="FILE", help="TOML profile (default: the default profile)")
+    p.add_argument("--ledger", metavar="FILE", help="append the run record here (default: "
+                   "the user data directory's ltx-tui/runs.jsonl)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, the flags' verdicts and the LTX-2 "
+                   "command, load nothing, and exit")
+    p.add_argument("--json", action="store_true", help="print the run record (or the dry run) as JSON on stdout")
+    return p
+
+
+def _runs_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ltx-tui runs", description="List the runs of the ledger, or compare two.")
+    p.add_argument("--ledger", metavar="FILE", help="the ledger (default: the user data directory's)")
+    p.add_argument("--json", action="store_true", help="print the records as JSON")
+    p.add_argument("--last", type=int, metavar="N", help="only the N newest runs")
+    p.add_argument("--show", metavar="RUN", help="one run, stage by stage (id, id prefix, or -1 for the newest)")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two runs side by side per stage")
+    return p
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _built_line(built) -> str:
+    head = (f"ltx-tui: {built.model} built for {built.stage}: load {built.load_s:.2f} s"
+            + (f", plan applied in {built.apply_s:.2f} s" if built.applied else ", left as LTX-2 built it"))
+    if built.report is None:
+        return head
+    done = [c for c in built.report.changes if c.action not in ("kept", "unused", "pipeline", "no target")]
+    lines = [head] + [f"    {c.option}: {c.action} {c.detail}" for c in done]
+    lines += [f"    warning: {w}" for w in built.report.warnings]
+    return "\n".join(lines)
+
+
+def run_main(argv: list[str]) -> int:
+    if "--" in argv:
+        split = argv.index("--")
+        own, rest = argv[:split], argv[split + 1:]
+    else:
+        own, rest = argv, []
+    parser = _run_parser()
+    args = parser.parse_args(own)
+    if not rest:
+        parser.error("give the pipeline module after `--`, e.g. "
+                     "ltx-tui run --profile P.toml -- ltx_pipelines.distilled --distilled-checkpoint-path ...")
+    from backends.launch import run as launcher
+
+    try:
+        prep = launcher.prepare(args.profile, rest[0], rest[1:])
+    except launcher.LaunchError as e:
+        _say(f"ltx-tui run: {e}")
+        return e.code
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"module": prep.module, "profile": prep.profile_path, "sha256": prep.profile_sha256,
+                              "versions": prep.versions, "command": prep.command(),
+                              "ltx_argv": list(prep.policy.ltx_argv),
+                              "verdicts": [dataclasses.asdict(v) for v in prep.policy.verdicts],
+                              "ltx2_does": list(prep.policy.ltx2_does),
+                              "dit_steps": [s.text for s in prep.plan.steps if s.kind in prep.policy.dit_steps],
+                              "decoder_steps": [s.text for s in prep.plan.steps
+                                                if s.kind in prep.policy.decoder_steps]}, indent=1))
+        else:
+            sys.stdout.write(launcher.describe(prep))
+        return EXIT_OK
+    for w in prep.env_warnings:
+        _say(f"ltx-tui run: warning: {w}")
+    _say(f"ltx-tui run: {prep.command()}")
+    from ltx_tui.errlog import log_internal_error
+
+    outcome = launcher.launch(prep, ["ltx-tui", "run", *argv], on_built=lambda b: _say(_built_line(b)),
+                              log_error=log_internal_error)
+    record = outcome.record
+    try:
+        path = ledger_mod.append(record, args.ledger)
+        where = f"recorded as run {record.id} in {path}"
+    except OSError as e:
+        where = f"not recorded: the ledger {args.ledger or ledger_mod.default_ledger()} cannot be written ({e})"
+    if args.json:
+        print(json.dumps(record.to_dict(), indent=1, default=str))
+    else:
+        sys.stdout.write(show(record))
+    if record.error:
+        _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
+    _say(f"ltx-tui run: {where}")
+    return outcome.code
+
+
+# --- the ledger as text -----------------------------------------------------------------------
+
+def _f(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def listing(records) -> str:
+    lines = [f"{'id':<22} {'started':<20} {'module':<34} {'status':<11} {'stages s':>9} {'peak GiB':>9} {'exit':>4}"]
+    for r in reversed(records):
+        lines.append(f"{r.id:<22} {r.started[:19]:<20} {r.module[:34]:<34} {r.status:<11} {r.gpu_seconds:>9.2f} "
+                     f"{_f(r.peak_gib):>9} {r.exit:>4}")
+    return "\n".join(lines) + "\n"
+
+
+def show(r) -> str:
+    """One run stage by stage: seconds, steps, peak allocated/reserved, the memory plan's prediction."""
+    lines = [f"run {r.id}: {r.module} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, profile {r.profile.get('path')}"]
+    if r.error:
+        lines.append(f"  error: {r.error}")
+    lines.append(f"  {'stage':<20} {'s':>9} {'steps':>6} {'s/step':>8} {'peak GiB':>9} {'rsvd GiB':>9} "
+                 f"{'plan GiB':>9} {'error':>7}")
+    for s in r.stages:
+        steps = len(s.step_seconds)
+        per = sum(s.step_seconds) / steps if steps else None
+        err = s.error_pct
+        lines.append(f"  {s.name:<20} {s.seconds:>9.3f} {steps or '':>6} {_f(per, '.3f'):>8} "
+                     f"{_f(s.peak_allocated_gib):>9} {_f(s.peak_reserved_gib):>9} {_f(s.predicted_gib):>9} "
+                     f"{'' if err is None else f'{err:+.1f}%':>7}")
+    lines.append(f"  {'total (stages)':<20} {r.gpu_seconds:>9.3f} {'':>6} {'':>8} {_f(r.peak_gib):>9}")
+    for m in r.models:
+        lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
+                     + ("plan applied" if m.applied else "as LTX-2 built it"))
+    return "\n".join(lines) + "\n"
+
+
+def compare(a, b) -> str:
+    """Two runs side by side per stage (matched by stage name), B's speed-up over A."""
+    lines = [f"A = {a.id} ({a.module}, {a.profile.get('path')}, ltx argv: {' '.join(a.ltx_argv)[:60]})",
+             f"B = {b.id} ({b.module}, {b.profile.get('path')}, ltx argv: {' '.join(b.ltx_argv)[:60]})",
+             f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A peak':>8} {'B peak':>8} {'B plan':>8}"]
+    names = [s.name for s in a.stages] + [s.name for s in b.stages if s.name not in {x.name for x in a.stages}]
+    sa, sb = {s.name: s for s in a.stages}, {s.name: s for s in b.stages}
+    for name in names:
+        x, y = sa.get(name), sb.get(name)
+        ratio = f"{x.seconds / y.seconds:.2f}x" if x and y and y.seconds > 0 else "-"
+        lines.append(f"  {name:<20} {_f(x.seconds if x else None, '.3f'):>9} {_f(y.seconds if y else None, '.3f'):>9} "
+                     f"{ratio:>7} {_f(x.peak_allocated_gib if x else None):>8} "
+                     f"{_f(y.peak_allocated_gib if y else None):>8} {_f(y.predicted_gib if y else None):>8}")
+    ratio = f"{a.gpu_seconds / b.gpu_seconds:.2f}x" if b.gpu_seconds > 0 else "-"
+    lines.append(f"  {'total (stages)':<20} {a.gpu_seconds:>9.3f} {b.gpu_seconds:>9.3f} {ratio:>7} "
+                 f"{_f(a.peak_gib):>8} {_f(b.peak_gib):>8}")
+    return "\n".join(lines) + "\n"
+
+
+def runs_main(argv: list[str]) -> int:
+    parser = _runs_parser()
+    args = parser.parse_args(argv)
+    if args.last is not None and args.last < 1:
+        parser.error("--last must be >= 1")
+    try:
+        ledger = ledger_mod.load(args.ledger)
+    except FileProblem as e:
+        _say(f"ltx-tui runs: {args.ledger or ledger_mod.default_ledger()}: {e}")
+        return EXIT_USAGE
+    if ledger.skipped:
+        _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
+    try:
+        if args.compare:
+            a, b = (ledger.find(k) for k in args.compare)
+            if args.json:
+                print(json.dumps({"a": a.to_dict(), "b": b.to_dict()}, indent=1, default=str))
+            else:
+                sys.stdout.write(compare(a, b))
+            return EXIT_OK
+        if args.show:
+            r = ledger.find(args.show)
+            sys.stdout.write(json.dumps(r.to_dict(), indent=1, default=str) + "\n" if args.json else show(r))
+            return EXIT_OK
+    except KeyError as e:
+        _say(f"ltx-tui runs: {e.args[0]}")
+        return EXIT_USAGE
+    records = ledger.records[-args.last:] if args.last else ledger.records
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
+    elif not records:
+        _say(f"ltx-tui runs: no runs in {ledger.path} yet (`ltx-tui run --profile P.toml -- "
+             "ltx_pipelines.distilled ...` records one)")
+    else:
+        sys.stdout.write(listing(records))
+    return EXIT_OK

@@ -1,0 +1,181 @@
+"""`ltx-tui run`'s pure parts: the flag policy, the ledger, `ltx-tui runs`, and the gate's checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.config.options import Profile
+from backends.launch import flags
+from backends.machine import runs
+from backends.machine.runs import ModelRecord, RunRecord, StageRecord
+from ltx_tui.cli import main
+
+ARGS = ["--distilled-checkpoint-path", "/m.safetensors", "--prompt", "a cat", "--width", "768"]
+
+
+def profile(**values) -> Profile:
+    return Profile().replace(**values)
+
+
+def test_no_speed_flags_pass_through_and_ltx_tui_applies_the_rest():
+    p = flags.policy(ARGS, Profile())
+    assert p.ltx_argv == tuple(ARGS) and p.verdicts == ()
+    assert p.dit_steps == ("dense_attention", "quantize", "compile")
+    assert p.decoder_steps == ("diffvae_layout", "na_backend")
+
+
+def test_a_flag_that_disagrees_conflicts_naming_both():
+    p = flags.policy(ARGS + ["--quantization", "fp8-cast"], Profile())
+    (v,) = p.conflicts
+    assert v.flag == "--quantization fp8-cast" and v.option == "transformer.quantization"
+    assert "transformer.quantization = none" in v.detail
+
+
+def test_a_flag_that_agrees_is_taken_over_never_passed_to_ltx2():
+    prof = profile(**{"diffvae.mode": "chunked_compile", "transformer.quantization": "fp8-scaled-mm",
+                      "compile.enabled": True})
+    p = flags.policy(ARGS + ["--diffvae-optimization", "chunked_compile", "--quantization=fp8-scaled-mm",
+                             "--compile", "--max-batch-size", "1"], prof)
+    assert not p.conflicts and len(p.verdicts) == 4
+    assert p.ltx_argv == tuple(ARGS)  # none reaches LTX-2: no double layout, quantization or compile
+
+
+@pytest.mark.parametrize("given, values, option", [
+    (["--compile", "mode=reduce-overhead"], {"compile.enabled": True}, "compile.mode"),
+    (["--compile"], {}, "compile.enabled"),
+    (["--offload", "cpu"], {}, "offload.mode"),
+    (["--diffvae-optimization", "combined_compile"], {}, "diffvae.mode"),
+    (["--max-batch-size", "4"], {}, "memory.max_batch_size"),
+])
+def test_each_speed_flag_is_judged(given, values, option):
+    (v,) = flags.policy(ARGS + given, profile(**values)).conflicts
+    assert v.option == option
+
+
+def test_compile_keys_compare_by_value():
+    prof = profile(**{"compile.enabled": True, "compile.fullgraph": True, "compile.dynamic": "false"})
+    assert not flags.policy(["--compile", "fullgraph=True", "dynamic=false", "backend=inductor"], prof).conflicts
+    assert flags.policy(["--compile", "fullgraph=false"], prof).conflicts
+
+
+@pytest.mark.parametrize("given, words", [
+    (["--compile", "inductor_config={}"], "no option for inductor_config"),
+    (["--compile", "bogus=1"], "not a key LTX-2 knows"),
+    (["--compile", "mode"], "KEY=VALUE"),
+    (["--quant", "fp8-cast"], "abbreviation of --quantization"),
+    (["--diffvae=chunked_eager"], "spell the flag out"),
+])
+def test_flags_the_profile_cannot_judge_are_refused(given, words):
+    with pytest.raises(flags.FlagConflict, match=words):
+        flags.policy(ARGS + given, profile(**{"compile.enabled": True}))
+
+
+def test_offload_is_ltx2s_and_takes_quantization_and_compile_with_it():
+    prof = profile(**{"offload.mode": "cpu", "transformer.quantization": "fp8-cast", "compile.enabled": True,
+                      "compile.mode": "max-autotune-no-cudagraphs", "memory.max_batch_size": 2})
+    p = flags.policy(ARGS, prof)
+    assert p.ltx_argv == (*ARGS, "--offload", "cpu", "--quantization", "fp8-cast", "--compile",
+                          "mode=max-autotune-no-cudagraphs", "--max-batch-size", "2")
+    assert p.dit_steps == ("dense_attention",)
+    assert len(p.ltx2_does) == 4
+
+
+# --- the ledger -------------------------------------------------------------------------------
+
+def record(id_: str, module="ltx_pipelines.distilled", seconds=(1.0, 4.0, 2.0), status="ok") -> RunRecord:
+    stages = (StageRecord("text encoding", "text_encoder", seconds[0], peak_allocated_gib=20.0, predicted_gib=22.0,
+                          predicted_stage="text encoder"),
+              StageRecord("denoising 1", "denoise", seconds[1], peak_allocated_gib=36.0, step_seconds=(0.5, 0.5),
+                          forwards=2, tokens=1536),
+              StageRecord("video decode", "video_decode", seconds[2], peak_allocated_gib=4.3))
+    return RunRecord(id_, "2026-11-30T22:00:00+00:00", module, status, 0, sum(seconds) + 1, stages=stages,
+                     models=(ModelRecord("LTXModel", "denoising 1", 3.0, 0.5, True, ("compile.enabled: compiled",)),),
+                     profile={"path": "p.toml"})
+
+
+def test_ledger_appends_lines_and_finds_runs(tmp_path):
+    path = tmp_path / "deep" / "runs.jsonl"
+    runs.append(record("20261130-220000-aaaa"), path)
+    runs.append(record("20261130-230000-bbbb"), path)
+    with open(path, "a") as f:
+        f.write("{not json\n" + json.dumps({"schema": 99}) + "\n")
+    ledger = runs.load(path)
+    assert [r.id for r in ledger.records] == ["20261130-220000-aaaa", "20261130-230000-bbbb"]
+    assert ledger.skipped == 2
+    assert ledger.find("-1").id.endswith("bbbb") and ledger.find("20261130-22").id.endswith("aaaa")
+    back = ledger.find("1")
+    assert back == record("20261130-220000-aaaa")  # round trip
+    assert back.stages[0].error_pct == pytest.approx(10.0)
+    assert back.gpu_seconds == 7.0 and back.peak_gib == 36.0
+    with pytest.raises(KeyError, match="no run"):
+        ledger.find("nope")
+    with pytest.raises(KeyError, match="2 runs in"):
+        ledger.find("20261130")
+
+
+def test_a_missing_ledger_is_empty_and_a_directory_is_a_problem(tmp_path):
+    assert runs.load(tmp_path / "none.jsonl").records == ()
+    with pytest.raises(runs.FileProblem, match="directory"):
+        runs.load(tmp_path)
+
+
+def test_runs_lists_shows_and_compares(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    assert main(["runs", "--ledger", str(path)]) == 0
+    assert "no runs" in capsys.readouterr().err
+    runs.append(record("20261130-220000-aaaa", seconds=(1.0, 8.0, 4.0)), path)
+    runs.append(record("20261130-230000-bbbb", seconds=(1.0, 4.0, 1.0)), path)
+    assert main(["runs", "--ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("bbbb") < out.index("aaaa")  # newest first
+    assert main(["runs", "--ledger", str(path), "--last", "1", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["20261130-230000-bbbb"]
+    assert main(["runs", "--ledger", str(path), "--show", "-1"]) == 0
+    out = capsys.readouterr().out
+    assert "denoising 1" in out and "+10.0%" in out and "plan applied" in out
+    assert main(["runs", "--ledger", str(path), "--compare", "aaaa"[:0] + "20261130-22", "-1"]) == 0
+    out = capsys.readouterr().out
+    assert "2.00x" in out and "4.00x" in out and "2.17x" in out  # denoising, decode, total 13/6
+    assert main(["runs", "--ledger", str(path), "--show", "zzz"]) == 2
+    assert "no run" in capsys.readouterr().err
+
+
+def test_runs_refuses_a_ledger_that_is_not_a_file(tmp_path, capsys):
+    assert main(["runs", "--ledger", str(tmp_path)]) == 2
+    assert "directory" in capsys.readouterr().err
+
+
+def test_run_needs_a_module(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--profile", "p.toml"])
+    assert e.value.code == 2
+    assert "after `--`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module, words", [
+    ("os", "not an LTX-2 pipeline module"),
+    ("ltx_pipelines.distilled_mgpu", "single-GPU pipeline modules only"),
+])
+def test_run_refuses_other_modules_before_anything_loads(module, words, capsys):
+    assert main(["run", "--", module, "--prompt", "x"]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_run_refuses_a_conflict_before_anything_loads(tmp_path, capsys):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[diffvae]\nmode = "chunked_compile"\n')
+    assert main(["run", "--profile", str(prof), "--", "ltx_pipelines.distilled", "--diffvae-optimization",
+                 "chunked_eager", "--quantization", "fp8-cast"]) == 2
+    err = capsys.readouterr().err
+    assert "--diffvae-optimization chunked_eager: the profile has diffvae.mode = chunked_compile" in err
+    assert "--quantization fp8-cast: the profile has transformer.quantization = none" in err
+    assert str(prof) in err
+
+
+def test_run_refuses_a_broken_profile(tmp_path, capsys):
+    prof = tmp_path / "p.toml"
+    prof.write_text("[diffvae\n")
+    assert main(["run", "--profile", str(prof), "--", "ltx_pipelines.distilled"]) == 2
+    assert "TOML syntax error" in capsys.readouterr().err
