@@ -82,5 +82,5 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
 def run_command(profile_path: str, module: str = PIPELINE) -> str:
     """The `ltx-tui run` command line that runs LTX-2's `module` with the profile applied to every
     model it builds (the module's own arguments follow `--`)."""
-    return (f"ltx-tui run --profile {shlex.quote(profile_path)} -- {module} "
-            f"<{module.rsplit('.', 1)[-1]}'s own arguments, without the flags the profile sets>\n")
+    return (f"ltx-tui run --profile {shlex.quote(profile_path)} -- {module}  "
+            f"# then the module's own arguments (checkpoints, prompt, ...), not the flags the profile sets\n")

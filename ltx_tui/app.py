@@ -1,4 +1,5 @@
-"""The ltx-tui Textual app: GPUs, backends, options with validation, smoke test, export.
+"""The ltx-tui Textual app: GPUs, backends, options with validation, smoke test, tune, export,
+and the ledger of `ltx-tui run`.
 
 Slow work never runs on the UI thread: NVML is read by a thread worker that never
 overlaps itself, the capability probe (torch, CUDA) runs in a subprocess after the first
@@ -45,6 +46,7 @@ from ltx_tui.widgets.gpu_panel import GpuPanel
 from ltx_tui.widgets.memory_bars import MemoryBars
 from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
 from ltx_tui.widgets.resolution import ResolutionView
+from ltx_tui.widgets.runs_panel import RunsPanel
 from ltx_tui.widgets.smoke_panel import SmokePanel
 from ltx_tui.widgets.tune_panel import TunePanel
 
@@ -115,6 +117,8 @@ class LtxTuiApp(App):
         Binding("r", "tab('resolution')", "Resolution", show=False),
         Binding("t", "tab('smoke')", "Smoke tab", show=False),
         Binding("n", "tab('tune')", "Tune tab", show=False),
+        Binding("l", "tab('runs')", "Runs tab", show=False),
+        Binding("R", "reload_runs", "Reload runs", show=False),
         Binding("g", "tab('system')", "GPU/backends", show=False),
         Binding("p", "retry_probe", "Probe again", show=False),
         Binding("question_mark", "help", "Help"),
@@ -126,8 +130,10 @@ class LtxTuiApp(App):
                  nvml_module: Any = None, smoke_runner: SmokeRunner | None = None,
                  env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
                  smoke_capability: capmod.Capability | None = None,
-                 prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner = default_tuner) -> None:
+                 prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner = default_tuner,
+                 ledger: Path | None = None) -> None:
         super().__init__()
+        self.ledger_path = ledger  # the run ledger of the Runs tab (None: the user data directory's)
         self.tuner = tuner
         self.tuned: Tuned | None = None  # this machine's --tune measurements: `auto` follows them
         self.prober = prober
@@ -183,6 +189,8 @@ class LtxTuiApp(App):
                     yield SmokePanel(id="smoke-panel")
                 with TabPane("Tune", id="tune"):
                     yield TunePanel(id="tune-panel")
+                with TabPane("Runs", id="runs"):
+                    yield RunsPanel(self.ledger_path, id="runs-panel")
                 with TabPane("GPU/Backends", id="system"):
                     with VerticalScroll(id="system-scroll"):
                         yield GpuPanel(id="tab-gpu")
@@ -347,7 +355,7 @@ class LtxTuiApp(App):
 
     # --- actions --------------------------------------------------------------------------
     FOCUS = {"options": "#options-list", "resolution": "#resolution-table", "smoke": "#smoke-table",
-             "tune": "#tune-table", "system": "#system-scroll"}
+             "tune": "#tune-table", "runs": "#runs-table", "system": "#system-scroll"}
 
     def action_tab(self, tab: str) -> None:
         if tab == "system" and self.screen.has_class("-wide"):  # already beside the tabs: no duplicate
@@ -362,6 +370,15 @@ class LtxTuiApp(App):
         pane = event.pane.id
         if pane in self.FOCUS:
             self.query_one(self.FOCUS[pane]).focus()
+        if pane == "runs":  # the ledger as it is now (read in a thread)
+            self.query_one(RunsPanel).reload()
+
+    def action_reload_runs(self) -> None:
+        """R: the Runs tab with the ledger read again."""
+        if self.query_one(TabbedContent).active == "runs":
+            self.query_one(RunsPanel).reload()
+        else:
+            self.action_tab("runs")  # opening the tab reads it
 
     def action_help(self) -> None:
         keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if b.description]
@@ -457,6 +474,6 @@ class LtxTuiApp(App):
                          answered)
 
 
-def run(profile_path: str | None, capability: str | None) -> int:
-    LtxTuiApp(profile_path, capability).run()
+def run(profile_path: str | None, capability: str | None, ledger: Path | None = None) -> int:
+    LtxTuiApp(profile_path, capability, ledger=ledger).run()
     return 0

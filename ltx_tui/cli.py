@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from ltx_tui.errlog import log_internal_error
 
@@ -91,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "transformer.attention, transformer.quantization; 'all' adds compile.mode and diffvae.mode, "
                       "which compile real LTX-2 modules)")
     tune.add_argument("--fresh", action="store_true", help="measure again instead of reusing the cache")
+    parser.add_argument("--ledger", metavar="FILE", help="the app's Runs tab reads this run ledger (default: the "
+                        "user data directory's ltx-tui/runs.jsonl, where `ltx-tui run` appends)")
     parser.add_argument("--list-capabilities", action="store_true", help="list the capability presets and exit")
     parser.add_argument("--version", action="version", version=f"ltx-tui {TOOL_VERSION}")
     return parser
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         (["--fresh"] if args.fresh else [])
     if tune_only and not args.tune:
         parser.error(f"{', '.join(tune_only)} go{'es' if len(tune_only) == 1 else ''} with --tune")
+    if args.ledger and (args.check or args.tune or args.explain or args.list_capabilities):
+        parser.error("--ledger goes with the app (and with `ltx-tui run` / `ltx-tui runs`)")
     shape_flags = [f"--{n}" for n in ("resolution", "frames", "batch") if getattr(args, n) is not None]
     if shape_flags and not (args.tune or args.check):
         parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ltx_tui.app import run  # textual is imported only here
 
-    return run(args.profile, args.capability)
+    return run(args.profile, args.capability, ledger=Path(args.ledger) if args.ledger else None)
 
 
 def entry() -> None:

@@ -142,38 +142,46 @@ def show(r) -> str:
     lines = [f"run {r.id}: {r.module} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, profile {r.profile.get('path')}"]
     if r.error:
         lines.append(f"  error: {r.error}")
-    lines.append(f"  {'stage':<20} {'s':>9} {'steps':>6} {'s/step':>8} {'peak GiB':>9} {'rsvd GiB':>9} "
-                 f"{'plan GiB':>9} {'error':>7}")
+    lines.append(f"  {'stage':<20} {'s':>9} {'load s':>7} {'compute':>8} {'steps':>5} {'s/step':>7} {'peak GiB':>8} "
+                 f"{'rsvd GiB':>8} {'plan GiB':>8} {'error':>7}")
     for s in r.stages:
         steps = len(s.step_seconds)
-        per = sum(s.step_seconds) / steps if steps else None
+        per = sorted(s.step_seconds)[steps // 2] if steps else None
         err = s.error_pct
-        lines.append(f"  {s.name:<20} {s.seconds:>9.3f} {steps or '':>6} {_f(per, '.3f'):>8} "
-                     f"{_f(s.peak_allocated_gib):>9} {_f(s.peak_reserved_gib):>9} {_f(s.predicted_gib):>9} "
-                     f"{'' if err is None else f'{err:+.1f}%':>7}")
-    lines.append(f"  {'total (stages)':<20} {r.gpu_seconds:>9.3f} {'':>6} {'':>8} {_f(r.peak_gib):>9}")
+        lines.append(f"  {s.name:<20} {s.seconds:>9.3f} {s.load_s + s.apply_s:>7.2f} {s.compute_s:>8.3f} "
+                     f"{steps or '':>5} {_f(per, '.3f'):>7} {_f(s.peak_allocated_gib):>8} {_f(s.peak_reserved_gib):>8} "
+                     f"{_f(s.predicted_gib):>8} {'' if err is None else f'{err:+.1f}%':>7}")
+    lines.append(f"  {'total (stages)':<20} {r.gpu_seconds:>9.3f} {'':>7} {r.compute_s:>8.3f} {'':>5} {'':>7} "
+                 f"{_f(r.peak_gib):>8}")
+    lines.append("  (s/step: the median step; compute: the stage without model loading and plan applying)")
     for m in r.models:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
                      + ("plan applied" if m.applied else "as LTX-2 built it"))
     return "\n".join(lines) + "\n"
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
 def compare(a, b) -> str:
     """Two runs side by side per stage (matched by stage name), B's speed-up over A."""
     lines = [f"A = {a.id} ({a.module}, {a.profile.get('path')}, ltx argv: {' '.join(a.ltx_argv)[:60]})",
              f"B = {b.id} ({b.module}, {b.profile.get('path')}, ltx argv: {' '.join(b.ltx_argv)[:60]})",
-             f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A peak':>8} {'B peak':>8} {'B plan':>8}"]
+             f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A comp':>8} {'B comp':>8} {'A/B':>7} "
+             f"{'A peak':>8} {'B peak':>8} {'B plan':>8}"]
     names = [s.name for s in a.stages] + [s.name for s in b.stages if s.name not in {x.name for x in a.stages}]
     sa, sb = {s.name: s for s in a.stages}, {s.name: s for s in b.stages}
     for name in names:
         x, y = sa.get(name), sb.get(name)
-        ratio = f"{x.seconds / y.seconds:.2f}x" if x and y and y.seconds > 0 else "-"
         lines.append(f"  {name:<20} {_f(x.seconds if x else None, '.3f'):>9} {_f(y.seconds if y else None, '.3f'):>9} "
-                     f"{ratio:>7} {_f(x.peak_allocated_gib if x else None):>8} "
-                     f"{_f(y.peak_allocated_gib if y else None):>8} {_f(y.predicted_gib if y else None):>8}")
-    ratio = f"{a.gpu_seconds / b.gpu_seconds:.2f}x" if b.gpu_seconds > 0 else "-"
-    lines.append(f"  {'total (stages)':<20} {a.gpu_seconds:>9.3f} {b.gpu_seconds:>9.3f} {ratio:>7} "
-                 f"{_f(a.peak_gib):>8} {_f(b.peak_gib):>8}")
+                     f"{_ratio(x and x.seconds, y and y.seconds):>7} {_f(x.compute_s if x else None, '.3f'):>8} "
+                     f"{_f(y.compute_s if y else None, '.3f'):>8} {_ratio(x and x.compute_s, y and y.compute_s):>7} "
+                     f"{_f(x.peak_allocated_gib if x else None):>8} {_f(y.peak_allocated_gib if y else None):>8} "
+                     f"{_f(y.predicted_gib if y else None):>8}")
+    lines.append(f"  {'total (stages)':<20} {a.gpu_seconds:>9.3f} {b.gpu_seconds:>9.3f} "
+                 f"{_ratio(a.gpu_seconds, b.gpu_seconds):>7} {a.compute_s:>8.3f} {b.compute_s:>8.3f} "
+                 f"{_ratio(a.compute_s, b.compute_s):>7} {_f(a.peak_gib):>8} {_f(b.peak_gib):>8}")
     return "\n".join(lines) + "\n"
 
 

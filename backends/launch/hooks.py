@@ -100,9 +100,15 @@ class Hooks:
             built.report = apply_profile(model, self._narrow(kinds), device=device)
             built.apply_s = time.perf_counter() - t
             setattr(model, MARK, True)
+        self._credit(built)
+        return model
+
+    def _credit(self, built: Built) -> None:
+        if self.meter.active:
+            self.meter.active[-1].load_s += built.load_s
+            self.meter.active[-1].apply_s += built.apply_s
         self.built.append(built)
         self.on_built(built)
-        return model
 
     def _wrap_single(self, original):
         hooks = self
@@ -127,7 +133,7 @@ class Hooks:
             wrapper = original(self, device, dtype, cpu_slots_count, gpu_slots_count, **kwargs)
             inner = next((m for m in wrapper.modules() if is_ltx_model(m)), None)
             if inner is None:
-                hooks.built.append(Built(type(wrapper).__name__, hooks._stage_name(), time.perf_counter() - t))
+                hooks._credit(Built(type(wrapper).__name__, hooks._stage_name(), time.perf_counter() - t))
                 return wrapper
             hooks._finish_streamed(wrapper, inner, time.perf_counter() - t, device)
             return wrapper
@@ -147,8 +153,7 @@ class Hooks:
         narrowed = self._narrow(kinds)
         built.report = apply_profile(inner, narrowed, device=torch.device(device or "cuda"), place=False)
         built.apply_s = time.perf_counter() - t
-        self.built.append(built)
-        self.on_built(built)
+        self._credit(built)
 
     def _wrap_block(self, original, kind: str):
         meter = self.meter

@@ -40,6 +40,8 @@ class Stage:
     forwards: int = 0
     tokens: int | None = None
     last_sigma: float | None = None
+    load_s: float = 0.0
+    apply_s: float = 0.0
 
     def step_seconds(self) -> list[float]:
         marks = self.step_marks + ([self.step_end] if self.step_end is not None else [])

@@ -208,7 +208,8 @@ def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
             s.name, s.kind, round(s.seconds, 4), s.calls,
             None if s.peak_allocated is None else round(s.peak_allocated / GIB, 3),
             None if s.peak_reserved is None else round(s.peak_reserved / GIB, 3),
-            tuple(s.step_seconds()), s.forwards, s.tokens, predicted, against))
+            tuple(s.step_seconds()), s.forwards, s.tokens, predicted, against, round(s.load_s, 4),
+            round(s.apply_s, 4)))
     return tuple(out)
 
 

@@ -58,6 +58,13 @@ class StageRecord:
     tokens: int | None = None  # denoising: video tokens per forward
     predicted_gib: float | None = None  # the memory plan's peak for this stage, same run and profile
     predicted_stage: str | None = None  # the memory plan's stage it was compared with
+    load_s: float = 0.0  # of `seconds`: building models (reading weights) while the stage was active
+    apply_s: float = 0.0  # of `seconds`: ltx-tui applying the plan to them
+
+    @property
+    def compute_s(self) -> float:
+        """The stage's seconds without model loading and plan applying."""
+        return max(0.0, self.seconds - self.load_s - self.apply_s)
 
     @property
     def error_pct(self) -> float | None:
@@ -91,6 +98,10 @@ class RunRecord:
     def gpu_seconds(self) -> float:
         """Seconds of the stages (the run's GPU work), without Python start-up and file writing."""
         return sum(s.seconds for s in self.stages)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(s.compute_s for s in self.stages)
 
     @property
     def peak_gib(self) -> float | None:

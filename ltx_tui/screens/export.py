@@ -1,8 +1,11 @@
-"""Export: path prompt, overwrite confirmation, atomic write, then the LTX-2 command line.
+"""Export: path prompt, overwrite confirmation, atomic write, then the command lines.
 
-The command line stays in one piece: a read-only, non-wrapping text area that scrolls
-sideways (a wrapped line pasted into a shell is broken); `ctrl+y` copies it (OSC 52: works
-over SSH in terminals that allow it). Messages show in the dialog, never as a toast over it.
+Two command lines, for the written profile (the default path until one is written): the
+`ltx-tui run` line that runs an LTX-2 pipeline with the profile applied (and records the run in
+the ledger), and the equivalent LTX-2 command line. Each stays in one piece: a read-only,
+non-wrapping text area that scrolls sideways (a wrapped line pasted into a shell is broken);
+`ctrl+r` copies the run line, `ctrl+y` the LTX-2 one (OSC 52: works over SSH in terminals that
+allow it). Messages show in the dialog, never as a toast over it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from textual.widgets import Button, Input, Label, Static, TextArea
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.config.profile import save
-from backends.ltx_args import ltx_args
+from backends.ltx_args import ltx_args, run_command
 from backends.machine.capability import Capability
 from ltx_tui.screens.confirm import ConfirmScreen
 
@@ -30,7 +33,13 @@ WAITING = "# the LTX-2 command line appears here once the capability probe has f
 class ExportScreen(ModalScreen[Path | None]):
     """Dismisses with the written path, or None if nothing was written."""
 
-    BINDINGS = [Binding("escape", "close", "Close"), Binding("ctrl+y", "copy", "Copy the LTX-2 command line")]
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("ctrl+y", "copy", "Copy the LTX-2 command line"),
+                Binding("ctrl+r", "copy_run", "Copy the ltx-tui run command line")]
+    DEFAULT_CSS = """
+    ExportScreen #run-row { height: auto; }
+    ExportScreen #run-command { width: 1fr; height: 4; }  /* the line and its sideways scrollbar */
+    ExportScreen #copy-run { margin-left: 1; }
+    """
 
     def __init__(self, profile: Profile, capability: Capability | None, default_path: str) -> None:
         super().__init__()
@@ -47,6 +56,10 @@ class ExportScreen(ModalScreen[Path | None]):
                 yield Button("Save (enter)", variant="primary", id="save")
                 yield Button("Copy flags (ctrl+y)", id="copy")
                 yield Button("Close (esc)", id="close")
+            with Horizontal(id="run-row"):
+                yield TextArea(run_command(self.default_path).rstrip("\n"), read_only=True, soft_wrap=False,
+                               id="run-command")
+                yield Button("Copy (ctrl+r)", id="copy-run")
             yield TextArea(self._command(self.default_path), read_only=True, soft_wrap=False, id="ltx-args")
 
     def _command(self, label: str) -> str:
@@ -83,7 +96,8 @@ class ExportScreen(ModalScreen[Path | None]):
             self._say(f"not written: {e}", "red")
             return
         self.written = path
-        self._say(f"wrote {path}; ctrl+y copies the LTX-2 command line below", "green")
+        self._say(f"wrote {path}; ctrl+r and ctrl+y copy the lines below", "green")
+        self.query_one("#run-command", TextArea).load_text(run_command(str(path)).rstrip("\n"))
         self.query_one("#ltx-args", TextArea).load_text(self._command(str(path)))
         self.query_one("#close", Button).focus()
 
@@ -91,6 +105,11 @@ class ExportScreen(ModalScreen[Path | None]):
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.query_one("#ltx-args", TextArea).text)
         self._say("copied the LTX-2 command line (OSC 52: the terminal must allow clipboard writes)", "green")
+
+    @on(Button.Pressed, "#copy-run")
+    def action_copy_run(self) -> None:
+        self.app.copy_to_clipboard(self.query_one("#run-command", TextArea).text)
+        self._say("copied the ltx-tui run line (OSC 52: the terminal must allow clipboard writes)", "green")
 
     @on(Button.Pressed, "#close")
     def action_close(self) -> None:
