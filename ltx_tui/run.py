@@ -154,6 +154,9 @@ def show(r) -> str:
     lines.append(f"  {'total (stages)':<20} {r.gpu_seconds:>9.3f} {'':>7} {r.compute_s:>8.3f} {'':>5} {'':>7} "
                  f"{_f(r.peak_gib):>8}")
     lines.append("  (s/step: the median step; compute: the stage without model loading and plan applying)")
+    notes = dict.fromkeys(s.predicted_stage for s in r.stages
+                          if s.predicted_gib is None and (s.predicted_stage or "").startswith("no prediction"))
+    lines += [f"  plan GiB: {n}" for n in notes]
     for m in r.models:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
                      + ("plan applied" if m.applied else "as LTX-2 built it"))

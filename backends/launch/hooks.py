@@ -42,7 +42,7 @@ class Built:
     load_s: float
     apply_s: float = 0.0
     report: Any = None  # the ApplyReport, when the plan was applied
-    error: str | None = None
+    params: int | None = None
 
     @property
     def applied(self) -> bool:
@@ -92,7 +92,7 @@ class Hooks:
         from backends.runtime.apply import apply_profile
 
         kinds = self.dit_steps if is_ltx_model(model) else self.decoder_steps if is_diffusion_decoder(model) else None
-        built = Built(type(model).__name__, self._stage_name(), load_s)
+        built = Built(type(model).__name__, self._stage_name(), load_s, params=_params(model))
         if kinds is not None:
             if is_ltx_model(model):
                 model.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True)
@@ -146,7 +146,7 @@ class Hooks:
 
         import torch
 
-        built = Built(type(inner).__name__, self._stage_name(), load_s)
+        built = Built(type(inner).__name__, self._stage_name(), load_s, params=_params(inner))
         inner.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True)
         kinds = tuple(k for k in self.dit_steps if k == "dense_attention")
         t = time.perf_counter()
@@ -188,6 +188,10 @@ class Hooks:
         finally:
             for owner, attr, value in saved:
                 setattr(owner, attr, value)
+
+
+def _params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def _device_of(model: nn.Module, asked):

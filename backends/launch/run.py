@@ -34,8 +34,10 @@ from backends.version import TOOL_VERSION
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MGPU_SUFFIX = "_mgpu"
-PREDICTED = {"text_encoder": "text encoder", "denoise": "DiT denoising", "upsample": "latent upsampler",
-             "video_decode": "DiffVAE decode"}
+# stage kind -> (the memory plan's stage, the model it sizes)
+PREDICTED = {"text_encoder": ("text encoder", "LTXGemmaTextEncoder"), "denoise": ("DiT denoising", "LTXModel"),
+             "upsample": ("latent upsampler", "LatentUpsampler"), "video_decode": ("DiffVAE decode", "DiffusionVideoDecoder")}
+SIZE_TOLERANCE = 0.05  # a model this far from the full size the memory plan counts gets no prediction
 
 
 class LaunchError(Exception):
@@ -170,19 +172,38 @@ def describe(prep: Prepared) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _predictions(prep: Prepared) -> Callable[[str, dict[str, int]], tuple[float | None, str | None]]:
+def full_size_params() -> dict[str, int]:
+    """Parameters of each model as the memory plan counts it (LTX-2 v1.2.0's full-size configs)."""
+    from backends.config import ltx2_shapes as S
+    from backends.config.memory import DIT_OUTSIDE_BLOCKS, VAE_PARAMS, block_params, gemma_params, upsampler_params
+
+    return {"LTXModel": S.DIT_LAYERS * block_params()[0] + DIT_OUTSIDE_BLOCKS, "DiffusionVideoDecoder": VAE_PARAMS,
+            "LatentUpsampler": upsampler_params(), "LTXGemmaTextEncoder": gemma_params()}
+
+
+def _predictions(prep: Prepared, built: list) -> Callable[[str, dict[str, int]], tuple[float | None, str | None]]:
+    """The memory plan's peak for a stage, when the models the run built are the sizes it counts."""
     from backends.config.ltx2_shapes import RunShapes
     from backends.config.memory import GIB, plan_memory
 
+    full = full_size_params()
+
     def predict(kind: str, stage_shape: dict[str, int]) -> tuple[float | None, str | None]:
-        name = PREDICTED.get(kind)
-        shape = dict(prep.shape, **stage_shape)
-        if name is None or not {"width", "height", "frames"} <= shape.keys():
+        if kind not in PREDICTED:
             return None, None
+        name, model = PREDICTED[kind]
+        sizes = [b.params for b in built if b.model == model and b.params]
+        off = [n for n in sizes if abs(n - full[model]) > SIZE_TOLERANCE * full[model]]
+        if off:
+            return None, (f"no prediction: {model} has {off[0]:,} parameters, the memory plan counts LTX-2's "
+                          f"full size ({full[model]:,})")
+        shape = dict(prep.shape, **stage_shape)
+        if not {"width", "height", "frames"} <= shape.keys():
+            return None, "no prediction: the run's width, height or frames are not on the command line"
         try:
             shapes = RunShapes(shape["width"], shape["height"], shape["frames"])
-        except ValueError:
-            return None, None
+        except ValueError as e:
+            return None, f"no prediction: {e}"
         stage = next(s for s in plan_memory(prep.profile, shapes, None).stages if s.stage == name)
         return round(stage.peak_bytes / GIB, 3), name
     return predict
@@ -195,7 +216,7 @@ def _model_record(built) -> ModelRecord:
                         if c.action not in ("kept", "unused", "pipeline", "no target"))
         warnings = tuple(built.report.warnings)
     return ModelRecord(built.model, built.stage, round(built.load_s, 4), round(built.apply_s, 4), built.applied,
-                       changes, warnings)
+                       changes, warnings, built.params)
 
 
 def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
@@ -208,7 +229,7 @@ def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
             s.name, s.kind, round(s.seconds, 4), s.calls,
             None if s.peak_allocated is None else round(s.peak_allocated / GIB, 3),
             None if s.peak_reserved is None else round(s.peak_reserved / GIB, 3),
-            tuple(s.step_seconds()), s.forwards, s.tokens, predicted, against, round(s.load_s, 4),
+            tuple(s.step_seconds()), s.forwards, s.tokens, predicted, against, dict(s.shape), round(s.load_s, 4),
             round(s.apply_s, 4)))
     return tuple(out)
 
@@ -278,5 +299,5 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
         plan={"effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
               "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)},
         models=tuple(_model_record(b) for b in hooks.built),
-        stages=_stage_records(meter, _predictions(prep)))
+        stages=_stage_records(meter, _predictions(prep, hooks.built)))
     return Outcome(code, record, hooks.built, log)

@@ -41,6 +41,7 @@ class ModelRecord:
     applied: bool  # the plan was applied to it (False: built as LTX-2 built it)
     changes: tuple[str, ...] = ()  # "option: action detail" of the report, for options that did something
     warnings: tuple[str, ...] = ()
+    params: int | None = None  # parameters of the model as built
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class StageRecord:
     forwards: int = 0  # denoising: transformer forwards (guidance makes several per step)
     tokens: int | None = None  # denoising: video tokens per forward
     predicted_gib: float | None = None  # the memory plan's peak for this stage, same run and profile
-    predicted_stage: str | None = None  # the memory plan's stage it was compared with
+    predicted_stage: str | None = None  # the memory plan's stage it was compared with, or why there is none
+    shape: dict[str, int] = field(default_factory=dict)  # denoising: the stage's width, height, frames
     load_s: float = 0.0  # of `seconds`: building models (reading weights) while the stage was active
     apply_s: float = 0.0  # of `seconds`: ltx-tui applying the plan to them
 
