@@ -41,6 +41,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan, the flags' verdicts and the LTX-2 "
                    "command, load nothing, and exit")
     p.add_argument("--json", action="store_true", help="print the run record (or the dry run) as JSON on stdout")
+    p.add_argument("--as-built", action="store_true", help="no profile: run the module as LTX-2's own flags build "
+                   "it, only measured and recorded (a baseline to compare a profile's run with)")
     return p
 
 
@@ -83,7 +85,7 @@ def run_main(argv: list[str]) -> int:
     from backends.launch import run as launcher
 
     try:
-        prep = launcher.prepare(args.profile, rest[0], rest[1:])
+        prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built)
     except launcher.LaunchError as e:
         _say(f"ltx-tui run: {e}")
         return e.code

@@ -189,3 +189,32 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
         ltx_argv += ["--max-batch-size", str(n)]
         ltx2_does.append(f"memory.max_batch_size = {n}: --max-batch-size {n} (read by some modules only)")
     return FlagPolicy(tuple(ltx_argv), tuple(verdicts), tuple(ltx2_does), tuple(dit_steps), notes=tuple(notes))
+
+
+def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: bool) -> Profile:
+    """The profile that says what LTX-2's own flags in `args` say (for `ltx-tui run --as-built`:
+    the record and the memory plan's prediction); FlagConflict for a value the profile cannot hold."""
+    ns, _ = _parser().parse_known_args(list(args))
+    values: dict[str, object] = {"memory.expandable_segments": expandable_segments}
+    if ns.quantization is not None:
+        values["transformer.quantization"] = ns.quantization
+    if ns.offload is not None:
+        values["offload.mode"] = ns.offload
+    if ns.diffvae_optimization is not None:
+        values["diffvae.mode"] = ns.diffvae_optimization
+    if ns.max_batch_size is not None:
+        values["memory.max_batch_size"] = int(ns.max_batch_size) if ns.max_batch_size.isdigit() else ns.max_batch_size
+    if ns.compile is not None:
+        values["compile.enabled"] = True
+        for item in ns.compile:
+            key, _, raw = item.partition("=")
+            if key.strip() in COMPILE_KEYS:
+                flag = _bool(raw)
+                values[f"compile.{key.strip()}"] = flag if key.strip() in ("fullgraph", "capture") else \
+                    ("auto" if raw.strip().lower() in ("none", "null") and key.strip() == "dynamic" else
+                     "default" if raw.strip().lower() in ("none", "null") else raw.strip().lower()
+                     if key.strip() == "dynamic" else raw.strip())
+    try:
+        return Profile().replace(**values)
+    except (ValueError, TypeError, KeyError) as e:
+        raise FlagConflict(f"LTX-2's flags cannot be read as a profile: {e}") from None

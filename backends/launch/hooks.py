@@ -28,6 +28,7 @@ from backends.launch.meter import Meter, forward_pre_hook
 from backends.runtime.ltx2 import is_diffusion_decoder
 
 MARK = "_ltx_tui_applied"  # set on every model the plan was applied to
+STEP_HOOK = "_ltx_tui_step_hook"  # the handle of the step meter's hook on an LTXModel
 LTX2_LAYOUT_OPS = ("diffvae_mode_", "cutlass_fna_diffusion_decoder", "compile_diffusion_decoder")
 BLOCKS = (("PromptEncoder", "text_encoder"), ("ImageConditioner", "image_condition"), ("DiffusionStage", "denoise"),
           ("VideoUpsampler", "upsample"), ("VideoDecoder", "video_decode"), ("AudioDecoder", "audio_decode"))
@@ -80,6 +81,7 @@ class Hooks:
     decoder_steps: tuple[str, ...]
     meter: Meter
     on_built: Callable[[Built], None] = lambda built: None
+    take_over: bool = True  # False: LTX-2 as built (its layout op and shell cache kept; only measured)
     built: list[Built] = field(default_factory=list)
 
     def _narrow(self, kinds: tuple[str, ...]) -> Plan:
@@ -93,9 +95,9 @@ class Hooks:
 
         kinds = self.dit_steps if is_ltx_model(model) else self.decoder_steps if is_diffusion_decoder(model) else None
         built = Built(type(model).__name__, self._stage_name(), load_s, params=_params(model))
-        if kinds is not None:
-            if is_ltx_model(model):
-                model.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True)
+        if is_ltx_model(model):
+            self._meter_steps(model)
+        if kinds and self.take_over:
             t = time.perf_counter()
             built.report = apply_profile(model, self._narrow(kinds), device=device)
             built.apply_s = time.perf_counter() - t
@@ -114,11 +116,13 @@ class Hooks:
         hooks = self
 
         def build(self, device=None, dtype=None, **kwargs):
-            ops = tuple(self.module_ops)
-            kept = tuple(op for op in ops if not op.name.startswith(LTX2_LAYOUT_OPS))
-            builder = self.with_registry(_ShellGuard(self.registry))
-            if kept != ops:
-                builder = builder.with_module_ops(kept)
+            builder = self
+            if hooks.take_over:
+                ops = tuple(self.module_ops)
+                kept = tuple(op for op in ops if not op.name.startswith(LTX2_LAYOUT_OPS))
+                builder = self.with_registry(_ShellGuard(self.registry))
+                if kept != ops:
+                    builder = builder.with_module_ops(kept)
             t = time.perf_counter()
             model = original(builder, device, dtype, **kwargs)
             return hooks._finish(model, time.perf_counter() - t, _device_of(model, device))
@@ -147,13 +151,20 @@ class Hooks:
         import torch
 
         built = Built(type(inner).__name__, self._stage_name(), load_s, params=_params(inner))
-        inner.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True)
-        kinds = tuple(k for k in self.dit_steps if k == "dense_attention")
-        t = time.perf_counter()
-        narrowed = self._narrow(kinds)
-        built.report = apply_profile(inner, narrowed, device=torch.device(device or "cuda"), place=False)
-        built.apply_s = time.perf_counter() - t
+        self._meter_steps(inner)
+        if self.take_over:
+            kinds = tuple(k for k in self.dit_steps if k == "dense_attention")
+            t = time.perf_counter()
+            built.report = apply_profile(inner, self._narrow(kinds), device=torch.device(device or "cuda"), place=False)
+            built.apply_s = time.perf_counter() - t
         self._credit(built)
+
+    def _meter_steps(self, model: nn.Module) -> None:
+        """The step hook on `model`, once (LTX-2 as built hands the same shell to a second build)."""
+        old = getattr(model, STEP_HOOK, None)
+        if old is not None:
+            old.remove()
+        setattr(model, STEP_HOOK, model.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True))
 
     def _wrap_block(self, original, kind: str):
         meter = self.meter

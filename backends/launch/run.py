@@ -62,6 +62,7 @@ class Prepared:
     versions: dict[str, str | None]
     shape: dict[str, int]
     env_warnings: tuple[str, ...] = ()
+    as_built: bool = False  # LTX-2 as its own flags build it: measured, nothing applied
 
     def command(self) -> str:
         import shlex
@@ -99,14 +100,15 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
 
 
 def prepare(profile_path: str | None, module: str, module_args: list[str] | tuple[str, ...], *,
-            capability=None) -> Prepared:
-    """Everything before the weights; LaunchError (exit 2, or 1 for a plan that cannot run here)."""
-    if not module.startswith("ltx_pipelines.") or not all(p.isidentifier() for p in module.split(".")):
-        raise LaunchError(f"{module!r}: not an LTX-2 pipeline module; expected ltx_pipelines.<module>, e.g. "
-                          "ltx_pipelines.distilled (usage: ltx-tui run --profile P.toml -- ltx_pipelines.distilled ARGS)")
+            capability=None, as_built: bool = False) -> Prepared:
+    """Everything before the weights; LaunchError (exit 2, or 1 for a plan that cannot run here).
+    `as_built`: no profile; LTX-2 runs as its own flags say and is only measured (a baseline)."""
+    if as_built:
+        return _prepare_as_built(profile_path, module, module_args, capability)
+    _check_module(module)
     profile, label, digest = _read_profile(profile_path)
-    if module.endswith(MGPU_SUFFIX) or profile.parallel.gpus > 1:
-        raise LaunchError(f"{module} with parallel.gpus = {profile.parallel.gpus}: `ltx-tui run` runs single-GPU "
+    if profile.parallel.gpus > 1:
+        raise LaunchError(f"{label}: parallel.gpus = {profile.parallel.gpus}: `ltx-tui run` runs single-GPU "
                           "pipeline modules only for now; for LTX-2's multi-GPU modules use "
                           "`ltx-tui --check --ltx-args` and run them yourself")
     try:
@@ -117,12 +119,7 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         raise LaunchError("the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
             f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
             for v in policy.conflicts))
-    try:
-        versions = gate.require()
-    except gate.GateError as e:
-        raise LaunchError(str(e)) from None
-    if importlib.util.find_spec(module) is None:
-        raise LaunchError(f"{module}: no such module in ltx-pipelines {versions.get('ltx-pipelines')}")
+    versions = _gate(module)
     from backends.runtime.apply import apply_env
 
     env_warnings = tuple(apply_env(profile))  # before anything starts CUDA
@@ -133,6 +130,44 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
             code=EXIT_FAILED)
     return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
                     _shape(tuple(module_args)), env_warnings)
+
+
+def _prepare_as_built(profile_path, module, module_args, capability) -> Prepared:
+    import os
+
+    if profile_path is not None:
+        raise LaunchError("--as-built runs LTX-2 as its own flags say: it takes no --profile")
+    _check_module(module)
+    try:
+        profile = flagmod.equivalent_profile(module_args, "expandable_segments:True" in os.environ.get(
+            "PYTORCH_CUDA_ALLOC_CONF", ""))
+    except flagmod.FlagConflict as e:
+        raise LaunchError(str(e)) from None
+    versions = _gate(module)
+    policy = flagmod.FlagPolicy(tuple(module_args), dit_steps=(), decoder_steps=(),
+                                notes=("as built: LTX-2's own flags act; ltx-tui only measures",))
+    return Prepared(module, tuple(module_args), "(none: LTX-2 as built, its own flags)",
+                    profile, hashlib.sha256(dumps(profile).encode()).hexdigest(), policy, _plan(profile, capability),
+                    versions, _shape(tuple(module_args)), as_built=True)
+
+
+def _check_module(module: str) -> None:
+    if not module.startswith("ltx_pipelines.") or not all(p.isidentifier() for p in module.split(".")):
+        raise LaunchError(f"{module!r}: not an LTX-2 pipeline module; expected ltx_pipelines.<module>, e.g. "
+                          "ltx_pipelines.distilled (usage: ltx-tui run --profile P.toml -- ltx_pipelines.distilled ARGS)")
+    if module.endswith(MGPU_SUFFIX):
+        raise LaunchError(f"{module}: `ltx-tui run` runs single-GPU pipeline modules only for now; for LTX-2's "
+                          "multi-GPU modules use `ltx-tui --check --ltx-args` and run them yourself")
+
+
+def _gate(module: str) -> dict[str, str | None]:
+    try:
+        versions = gate.require()
+    except gate.GateError as e:
+        raise LaunchError(str(e)) from None
+    if importlib.util.find_spec(module) is None:
+        raise LaunchError(f"{module}: no such module in ltx-pipelines {versions.get('ltx-pipelines')}")
+    return versions
 
 
 def _plan(profile: Profile, capability) -> Plan:
@@ -161,10 +196,13 @@ def describe(prep: Prepared) -> str:
               for v in prep.policy.verdicts] or ["  none of --quantization, --compile, --offload, "
                                                   "--diffvae-optimization, --max-batch-size"]
     steps = {s.kind: s for s in prep.plan.steps}
-    lines += ["", "ltx-tui applies to each LTXModel LTX-2 builds:"]
-    lines += [f"  {steps[k].text}" for k in prep.policy.dit_steps if k in steps] or ["  nothing"]
-    lines += ["ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds (LTX-2's own layout op removed):"]
-    lines += [f"  {steps[k].text}" for k in prep.policy.decoder_steps if k in steps] or ["  nothing"]
+    if prep.as_built:
+        lines += ["", "ltx-tui applies nothing: LTX-2 builds every model as its own flags say (measured only)"]
+    else:
+        lines += ["", "ltx-tui applies to each LTXModel LTX-2 builds:"]
+        lines += [f"  {steps[k].text}" for k in prep.policy.dit_steps if k in steps] or ["  nothing"]
+        lines += ["ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds (LTX-2's own layout op removed):"]
+        lines += [f"  {steps[k].text}" for k in prep.policy.decoder_steps if k in steps] or ["  nothing"]
     if prep.policy.ltx2_does:
         lines += ["LTX-2 does, from the flags ltx-tui passes:"] + [f"  {t}" for t in prep.policy.ltx2_does]
     lines += [f"note: {n}" for n in prep.policy.notes] + [f"warning: {w}" for w in prep.env_warnings]
@@ -262,7 +300,8 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     meter = Meter(device)
-    hooks = Hooks(prep.plan, prep.policy.dit_steps, prep.policy.decoder_steps, meter, on_built)
+    hooks = Hooks(prep.plan, prep.policy.dit_steps, prep.policy.decoder_steps, meter, on_built,
+                  take_over=not prep.as_built)
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
     status, code, error, log = "ok", EXIT_OK, None, None
@@ -285,7 +324,7 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
         for s in list(meter.active):
             meter.pause(s)
     dits = [b for b in hooks.built if b.model == "LTXModel"]
-    if status == "ok" and not any(b.applied for b in dits):
+    if status == "ok" and not prep.as_built and not any(b.applied for b in dits):
         status, code = "not applied", EXIT_FAILED
         error = ("profile not applied: no LTXModel was built through LTX-2's builders"
                  if not dits else "profile not applied to any LTXModel")
@@ -296,7 +335,7 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
         device=_device_info(device), shape=prep.shape,
         profile={"path": prep.profile_path, "sha256": prep.profile_sha256,
                  "values": {d.option: toml_value(d.requested) for d in prep.plan}},
-        plan={"effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
+        plan={"as_built": prep.as_built, "effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
               "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)},
         models=tuple(_model_record(b) for b in hooks.built),
         stages=_stage_records(meter, _predictions(prep, hooks.built)))
