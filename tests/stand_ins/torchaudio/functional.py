@@ -1,0 +1,11 @@
+"""``torchaudio.functional`` of the test-only stand-in: every attribute raises when called."""
+
+from __future__ import annotations
+
+
+def __getattr__(name: str) -> object:
+    if name.startswith("_"):
+        raise AttributeError(name)
+    from . import _unavailable
+
+    return _unavailable(f"torchaudio.functional.{name}")

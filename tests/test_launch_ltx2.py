@@ -1,0 +1,223 @@
+"""`ltx-tui run` on LTX-2 v1.2.0's own, unmodified pipeline modules (CPU, tiny random checkpoints).
+
+LTX-2 is imported from `$LTX2_CORE_SRC` / `$LTX2_PIPELINES_SRC`; its checkpoints are written by
+`ltx2_checkpoints` with LTX-2's own configurators. Two test-only stand-ins, both for things this
+CPU machine cannot have: `tests/stand_ins/torchaudio` (PyPI has no torchaudio for torch 2.13;
+LTX-2 imports it, never calls it in these runs: the stand-in raises if called), and a decode
+memory budget for LTX-2's tiling off CUDA (`cpu_tiling_budget`: LTX-2 gives the DiffVAE tiling
+0 bytes without a GPU and refuses to decode).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import pathlib
+import runpy
+import sys
+
+import pytest
+import torch
+
+from backends.launch import gate
+from backends.machine import runs
+from ltx_tui.cli import main
+
+pytestmark = pytest.mark.ltx2
+STAND_INS = pathlib.Path(__file__).parent / "stand_ins"
+CPU_DECODE_BUDGET = 8 << 30
+
+
+@pytest.fixture(scope="module")
+def ltx2_pipelines():
+    if importlib.util.find_spec("torchaudio") is None:
+        sys.path.insert(0, str(STAND_INS))
+    module, why = gate.import_ltx_pipelines()
+    if module is None:
+        pytest.skip(why)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny(ltx2_pipelines, tmp_path_factory):
+    import ltx2_checkpoints
+
+    return ltx2_checkpoints.write_checkpoints(tmp_path_factory.mktemp("ltx2-tiny"), "tiny")
+
+
+@pytest.fixture(autouse=True)
+def cpu_tiling_budget(request, monkeypatch):
+    """Off CUDA LTX-2 budgets 0 bytes for DiffVAE tiling and raises; give it host memory (tests only)."""
+    if "ltx2_pipelines" not in request.fixturenames or torch.cuda.is_available():
+        return
+    helpers = importlib.import_module("ltx_pipelines.utils.helpers")
+    original = helpers.tiling_config_for_vae
+
+    def with_budget(*args, device=None, free_bytes=None, **kwargs):
+        return original(*args, device=device, free_bytes=CPU_DECODE_BUDGET if free_bytes is None else free_bytes,
+                        **kwargs)
+    monkeypatch.setattr(helpers, "tiling_config_for_vae", with_budget)
+
+
+def args_for(tiny, module: str, out: pathlib.Path, frames: int = 9) -> list[str]:
+    import ltx2_checkpoints
+
+    size = 32 if module == "ti2vid_one_stage" else 64
+    return ltx2_checkpoints.pipeline_args(tiny, module, width=size, height=size, frames=frames, output=out,
+                                          **({} if module == "distilled" else {"steps": 2}))
+
+
+def only_record(ledger: pathlib.Path) -> runs.RunRecord:
+    (record,) = runs.load(ledger).records
+    return record
+
+
+def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorded(ltx2_pipelines, tiny, tmp_path):
+    """fp8-cast replaces the DiT's linears; distilled builds the DiT twice and LTX-2 hands the
+    second build the cached shell of the first: the launcher must give it a fresh one."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('[transformer]\nquantization = "fp8-cast"\n')
+    out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
+    code = main(["run", "--profile", str(profile), "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args_for(tiny, "distilled", out)])
+    assert code == 0
+    assert out.stat().st_size > 0
+    r = only_record(ledger)
+    assert r.status == "ok" and r.exit == 0 and r.versions["ltx-pipelines"] == "1.2.0"
+    assert r.shape == {"width": 64, "height": 64, "frames": 9}
+    names = [s.name for s in r.stages]
+    for name in ("text encoding", "denoising 1", "upsampling", "denoising 2", "video decode", "audio decode"):
+        assert name in names
+    steps = {s.name: s for s in r.stages}
+    assert len(steps["denoising 1"].step_seconds) == 8 and len(steps["denoising 2"].step_seconds) == 3
+    assert steps["denoising 1"].forwards >= 8 and steps["denoising 1"].tokens
+    assert steps["denoising 1"].shape == {"width": 32, "height": 32, "frames": 9}  # stage 1: half resolution
+    assert steps["denoising 2"].shape == {"width": 64, "height": 64, "frames": 9}
+    dits = [m for m in r.models if m.model == "LTXModel"]
+    assert [m.stage for m in dits] == ["denoising 1", "denoising 2"]
+    for m in dits:
+        assert m.applied
+        assert any(c.startswith("transformer.quantization: replaced") for c in m.changes)
+        assert any(c.startswith("transformer.attention: installed") for c in m.changes)
+    (decoder,) = [m for m in r.models if m.model == "DiffusionVideoDecoder"]
+    assert decoder.applied and any(c.startswith("diffvae.mode: laid out") for c in decoder.changes)
+    assert any(c.startswith("diffvae.na_backend: installed") for c in decoder.changes)
+    assert not any(m.applied for m in r.models if m.model not in ("LTXModel", "DiffusionVideoDecoder"))
+    assert r.profile["sha256"] and r.plan["effective"]["transformer.quantization"] == '"fp8-cast"'
+
+
+@pytest.mark.parametrize("module", ["ti2vid_one_stage", "ti2vid_two_stages"])
+def test_the_ti2vid_pipelines_run_with_the_default_profile(ltx2_pipelines, tiny, tmp_path, module):
+    out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", f"ltx_pipelines.{module}", *args_for(tiny, module, out)]) == 0
+    assert out.stat().st_size > 0
+    r = only_record(ledger)
+    kinds = {s.kind for s in r.stages}
+    assert {"text_encoder", "denoise", "video_decode", "audio_decode"} <= kinds
+    if module == "ti2vid_two_stages":
+        assert "upsample" in kinds and sum(s.kind == "denoise" for s in r.stages) == 2
+    assert all(m.applied for m in r.models if m.model in ("LTXModel", "DiffusionVideoDecoder"))
+
+
+class _Captured(Exception):
+    """Stops a run once the final latent reached the video decoder."""
+
+
+def _capture_latent(monkeypatch, into: list):
+    blocks = importlib.import_module("ltx_pipelines.utils.blocks")
+
+    def capture(self, latent, tiling_config=None, generator=None, *, dtype=None):  # v1.2.0's signature
+        into.append(latent.detach().float().clone())
+        raise _Captured
+    monkeypatch.setattr(blocks.VideoDecoder, "__call__", capture)
+
+
+def test_a_profile_equal_to_ltx2s_defaults_gives_ltx2s_latents(ltx2_pipelines, tiny, tmp_path, monkeypatch):
+    args = args_for(tiny, "distilled", tmp_path / "x.mp4")
+    plain, ours = [], []
+    _capture_latent(monkeypatch, plain)
+    monkeypatch.setattr(sys, "argv", ["ltx_pipelines.distilled", *args])
+    with pytest.raises(_Captured):
+        runpy.run_module("ltx_pipelines.distilled", run_name="__main__", alter_sys=True)
+    _capture_latent(monkeypatch, ours)
+    profile = tmp_path / "ltx2-defaults.toml"
+    profile.write_text('[transformer]\nattention = "pytorch"\n')  # LTX-2's automatic attention on the CPU
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--profile", str(profile), "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args]) == 1  # the capture stopped it
+    assert only_record(ledger).error.startswith("_Captured")
+    assert len(plain) == len(ours) == 1
+    torch.testing.assert_close(ours[0], plain[0], rtol=0, atol=1e-3)
+
+
+def test_a_changed_wrapped_signature_exits_2_before_anything_loads(ltx2_pipelines, tmp_path, monkeypatch, capsys):
+    blocks = importlib.import_module("ltx_pipelines.utils.blocks")
+
+    def changed(self, latent, extra, tiling_config=None, generator=None, *, dtype=None):
+        raise AssertionError("never called")
+    monkeypatch.setattr(blocks.VideoDecoder, "__call__", changed)
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "VideoDecoder.__call__(self, latent, extra, tiling_config, generator, dtype) differs" in err
+    assert "--ltx-args" in err and not ledger.exists()
+
+
+def test_another_ltx2_version_exits_2(ltx2_pipelines, monkeypatch, capsys):
+    monkeypatch.setattr(gate, "package_version", lambda module: "1.3.0")
+    assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled"]) == 2
+    err = capsys.readouterr().err
+    assert "ltx-core 1.3.0 is not v1.2.0" in err and "ltx-pipelines 1.3.0 is not v1.2.0" in err
+
+
+def test_v120_has_every_wrapped_signature(ltx2_pipelines):
+    assert gate.signature_problems() == []
+
+
+def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipelines, tiny, tmp_path, capsys):
+    profile = tmp_path / "p.toml"
+    profile.write_text('[diffvae]\nmode = "chunked_eager"\n[compile]\nenabled = true\n')
+    args = args_for(tiny, "distilled", tmp_path / "x.mp4")
+    assert main(["run", "--profile", str(profile), "--dry-run", "--", "ltx_pipelines.distilled", *args,
+                 "--compile", "--diffvae-optimization", "chunked_eager"]) == 0
+    out = capsys.readouterr().out
+    assert "--compile: agrees" in out and "--diffvae-optimization chunked_eager: agrees" in out
+    assert "torch.compile per transformer block" in out
+    command = out.split("LTX-2 command (what runs, in this process):\n")[1]
+    assert "--compile" not in command and "--diffvae-optimization" not in command
+    assert not (tmp_path / "x.mp4").exists()
+    assert main(["run", "--profile", str(profile), "--dry-run", "--json", "--", "ltx_pipelines.distilled",
+                 *args]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["versions"] == {"ltx-core": "1.2.0", "ltx-pipelines": "1.2.0"}
+
+
+def test_no_ltxmodel_through_the_builders_means_profile_not_applied(ltx2_pipelines, tiny, tmp_path, monkeypatch):
+    """A module that never builds an LTXModel through LTX-2's builders: exit 1, said so."""
+    blocks = importlib.import_module("ltx_pipelines.utils.blocks")
+
+    @functools.wraps(blocks.DiffusionStage.__call__)  # same signature: the gate lets it through
+    def no_dit(self, *args, **kwargs):
+        raise SystemExit(0)
+    monkeypatch.setattr(blocks.DiffusionStage, "__call__", no_dit)
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args_for(tiny, "distilled", tmp_path / "x.mp4")]) == 1
+    r = only_record(ledger)
+    assert r.status == "not applied" and "profile not applied" in r.error
+
+
+def test_as_built_measures_ltx2_with_its_own_flags_and_applies_nothing(ltx2_pipelines, tiny, tmp_path, monkeypatch):
+    captured = []
+    _capture_latent(monkeypatch, captured)  # LTX-2's own decoder pins NATTEN's CUDA kernel: stop before it
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--as-built", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args_for(tiny, "distilled", tmp_path / "x.mp4"), "--quantization", "fp8-cast"]) == 1
+    r = only_record(ledger)
+    assert r.plan["as_built"] and r.plan["effective"]["transformer.quantization"] == '"fp8-cast"'
+    assert "--quantization" in r.ltx_argv  # LTX-2's flag reaches LTX-2
+    assert not any(m.applied for m in r.models)
+    steps = {s.name: s for s in r.stages}
+    # LTX-2 hands stage 2 the shell of stage 1: its step meter is installed once, not twice
+    assert steps["denoising 2"].forwards == len(steps["denoising 2"].step_seconds) == 3
