@@ -7,8 +7,9 @@
 Writes random checkpoints of LTX-2 v1.2.0's configs into DIR unless they are there
 (`tests/ltx2_checkpoints.py`), then runs the pipeline module once per `--ltx2` flag set
 (`ltx-tui run --as-built`: LTX-2 as those flags build it, measured only) and once per
-`--profile` (`ltx-tui run --profile`), each in a fresh process with its own Inductor cache
-directory (every run pays its own compile), all into one ledger. Prints each run stage by stage,
+`--profile` (`ltx-tui run --profile`), each in a fresh process, all into one ledger. Each run set
+has its own Inductor/Triton cache directory: the first run pays its compile cold, `--repeat 2`
+runs it again in a new process with that cache warm (as a user's second generation would). Prints each run stage by stage,
 then the fastest LTX-2 run beside each profile run (`ltx-tui runs --compare`), total stage
 seconds and compute seconds (without model loading), peak memory and the memory plan's
 prediction. Asserts nothing about time.
@@ -45,11 +46,10 @@ def checkpoints(args):
     return ck
 
 
-def run(label: str, command: list[str], env: dict) -> int:
+def run(label: str, command: list[str], env: dict, cache: str) -> int:
     print(f"\n=== {label}: {shlex.join(command)}", flush=True)
     t = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
-        code = subprocess.call(command, env=dict(env, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache))
+    code = subprocess.call(command, env=dict(env, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=f"{cache}/triton"))
     print(f"=== {label}: exit {code} after {time.perf_counter() - t:.0f} s", flush=True)
     return code
 
@@ -65,6 +65,7 @@ def main() -> int:
     p.add_argument("--ltx2", action="append", default=[], metavar="FLAGS",
                    help="LTX-2's own flags for an as-built run ('' for none); repeatable")
     p.add_argument("--profile", action="append", default=[], help="an ltx-tui profile to run; repeatable")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each set, the later ones with warm compile caches")
     p.add_argument("--ledger", default=None, help="the ledger (default: a new file in a temporary folder)")
     p.add_argument("--output-dir", default=None, help="where the videos go (default: a temporary folder)")
     args = p.parse_args()
@@ -84,13 +85,18 @@ def main() -> int:
     ledger = Path(args.ledger or out / "runs.jsonl")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     base = [sys.executable, "-m", "ltx_tui.cli", "run", "--ledger", str(ledger)]
-    plan = [(f"LTX-2 {flags or '(defaults)'}", ["--as-built"], shlex.split(flags)) for flags in (args.ltx2 or [""])]
-    plan += [(f"ltx-tui {prof}", ["--profile", prof], []) for prof in args.profile]
+    sets = [(f"LTX-2 {flags or '(defaults)'}", ["--as-built"], shlex.split(flags)) for flags in (args.ltx2 or [""])]
+    sets += [(f"ltx-tui {prof}", ["--profile", prof], []) for prof in args.profile]
+    plan = []
     first = len(runs.load(ledger).records)
-    for i, (label, own, extra) in enumerate(plan):
-        module_args = lc.pipeline_args(ck, args.module, width=width, height=height, frames=args.frames,
-                                       output=out / f"run{i}.mp4") + extra
-        run(label, [*base, *own, "--", f"ltx_pipelines.{args.module}", *module_args], env)
+    for label, own, extra in sets:
+        cache = tempfile.mkdtemp(prefix="inductor-")
+        for n in range(args.repeat):
+            tag = f"{label} [{'cold' if n == 0 else 'warm'} compile caches]" if args.repeat > 1 else label
+            plan.append((tag, own, extra))
+            module_args = lc.pipeline_args(ck, args.module, width=width, height=height, frames=args.frames,
+                                           output=out / f"run{len(plan)}.mp4") + extra
+            run(tag, [*base, *own, "--", f"ltx_pipelines.{args.module}", *module_args], env, cache)
     records = runs.load(ledger).records[first:]
     labels = {r.id: label for (label, _, _), r in zip(plan, records)} if len(records) == len(plan) else {}
     for r in records:

@@ -61,6 +61,8 @@ def _say(text: str) -> None:
 
 
 def _built_line(built) -> str:
+    if built.kept:
+        return f"ltx-tui: {built.model} for {built.stage}: the one built earlier, kept on the device (nothing loaded)"
     head = (f"ltx-tui: {built.model} built for {built.stage}: load {built.load_s:.2f} s"
             + (f", plan applied in {built.apply_s:.2f} s" if built.applied else ", left as LTX-2 built it"))
     if built.report is None:
@@ -161,7 +163,7 @@ def show(r) -> str:
     lines += [f"  plan GiB: {n}" for n in notes]
     for m in r.models:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
-                     + ("plan applied" if m.applied else "as LTX-2 built it"))
+                     + ("kept from an earlier stage" if m.kept else "plan applied" if m.applied else "as LTX-2 built it"))
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from backends.launch import gate
+from backends.launch import gate, hooks
 from backends.machine import runs
 from ltx_tui.cli import main
 
@@ -73,9 +73,14 @@ def only_record(ledger: pathlib.Path) -> runs.RunRecord:
     return record
 
 
-def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorded(ltx2_pipelines, tiny, tmp_path):
-    """fp8-cast replaces the DiT's linears; distilled builds the DiT twice and LTX-2 hands the
-    second build the cached shell of the first: the launcher must give it a fresh one."""
+@pytest.mark.parametrize("keep", [True, False], ids=["dit-kept", "dit-rebuilt"])
+def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorded(ltx2_pipelines, tiny, tmp_path,
+                                                                                  monkeypatch, keep):
+    """fp8-cast replaces the DiT's linears; distilled builds the DiT twice. Kept: stage 2 gets
+    stage 1's model. Rebuilt (a DiT too big to keep): LTX-2 hands the second build the cached
+    shell of the first, whose linears ltx-tui replaced; the launcher must give it a fresh one."""
+    if not keep:
+        monkeypatch.setattr(hooks, "_fits", lambda model: False)
     profile = tmp_path / "p.toml"
     profile.write_text('[transformer]\nquantization = "fp8-cast"\n')
     out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
@@ -94,12 +99,16 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert steps["denoising 1"].forwards >= 8 and steps["denoising 1"].tokens
     assert steps["denoising 1"].shape == {"width": 32, "height": 32, "frames": 9}  # stage 1: half resolution
     assert steps["denoising 2"].shape == {"width": 64, "height": 64, "frames": 9}
-    dits = [m for m in r.models if m.model == "LTXModel"]
-    assert [m.stage for m in dits] == ["denoising 1", "denoising 2"]
-    for m in dits:
-        assert m.applied
-        assert any(c.startswith("transformer.quantization: replaced") for c in m.changes)
-        assert any(c.startswith("transformer.attention: installed") for c in m.changes)
+    first, second = [m for m in r.models if m.model == "LTXModel"]
+    assert (first.stage, second.stage) == ("denoising 1", "denoising 2")
+    assert first.applied and not first.kept
+    assert any(c.startswith("transformer.quantization: replaced") for c in first.changes)
+    assert any(c.startswith("transformer.attention: installed") for c in first.changes)
+    if keep:
+        assert second.kept and second.applied and second.load_s == 0  # stage 2 reuses it: nothing read again
+    else:
+        assert not second.kept and second.applied
+        assert any(c.startswith("transformer.quantization: replaced") for c in second.changes)
     (decoder,) = [m for m in r.models if m.model == "DiffusionVideoDecoder"]
     assert decoder.applied and any(c.startswith("diffvae.mode: laid out") for c in decoder.changes)
     assert any(c.startswith("diffvae.na_backend: installed") for c in decoder.changes)

@@ -35,6 +35,7 @@ WRAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ltx_core.block_streaming.builder", "StreamingModelBuilder.build",
      ("self", "device", "dtype", "cpu_slots_count", "gpu_slots_count", "_kwargs")),
     ("ltx_core.model.transformer.model", "LTXModel.forward", ("self", "video", "audio", "perturbations")),
+    ("ltx_core.model.transformer.model", "X0Model.dispose", ("self",)),
     ("ltx_pipelines.utils.blocks", "PromptEncoder.__call__",
      ("self", "prompts", "enhance_first_prompt", "enhance_prompt_image", "enhance_prompt_seed", "enhance_static_cache")),
     ("ltx_pipelines.utils.blocks", "DiffusionStage.__call__",

@@ -8,8 +8,12 @@ Every model an LTX-2 v1.2.0 pipeline loads passes through one of two builders:
   linears with their buffers on the meta device),
 - builds, then applies the plan's steps for that model (`apply_profile` with the plan narrowed to
   the steps the flag policy leaves to ltx-tui) and records load and apply seconds.
-The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter. Everything is
-restored on exit; LTX-2's files are never edited.
+A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2)
+gets the model the first build made, kept on the device in between (`keep_dit`: LTX-2 would
+dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips the kept one),
+when its weights take at most `KEEP_FRACTION` of the GPU's memory. The pipeline blocks
+(`ltx_pipelines.utils.blocks`) are wrapped for the stage meter. Everything is restored on exit;
+LTX-2's files are never edited.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from typing import Any, Callable
 import torch.nn as nn
 
 from backends.config.plan import Plan
-from backends.launch.meter import Meter, forward_pre_hook
+from backends.launch.meter import Meter, forward_hook, forward_pre_hook
 from backends.runtime.ltx2 import is_diffusion_decoder
 
 MARK = "_ltx_tui_applied"  # set on every model the plan was applied to
-STEP_HOOK = "_ltx_tui_step_hook"  # the handle of the step meter's hook on an LTXModel
+STEP_HOOK = "_ltx_tui_step_hooks"  # the handles of the step meter's hooks on an LTXModel
+KEEP_FRACTION = 0.5  # a DiT whose weights take more of the GPU's memory is not kept between stages
 LTX2_LAYOUT_OPS = ("diffvae_mode_", "cutlass_fna_diffusion_decoder", "compile_diffusion_decoder")
 BLOCKS = (("PromptEncoder", "text_encoder"), ("ImageConditioner", "image_condition"), ("DiffusionStage", "denoise"),
           ("VideoUpsampler", "upsample"), ("VideoDecoder", "video_decode"), ("AudioDecoder", "audio_decode"))
@@ -44,10 +49,11 @@ class Built:
     apply_s: float = 0.0
     report: Any = None  # the ApplyReport, when the plan was applied
     params: int | None = None
+    kept: bool = False  # the model an earlier stage built, kept on the device (nothing loaded)
 
     @property
     def applied(self) -> bool:
-        return self.report is not None
+        return self.report is not None or self.kept
 
 
 def is_ltx_model(model: nn.Module) -> bool:
@@ -82,7 +88,9 @@ class Hooks:
     meter: Meter
     on_built: Callable[[Built], None] = lambda built: None
     take_over: bool = True  # False: LTX-2 as built (its layout op and shell cache kept; only measured)
+    keep_dit: bool = True
     built: list[Built] = field(default_factory=list)
+    kept: tuple[Any, nn.Module] | None = None  # (build key, the DiT kept for the next stage)
 
     def _narrow(self, kinds: tuple[str, ...]) -> Plan:
         return dataclasses.replace(self.plan, steps=tuple(s for s in self.plan.steps if s.kind in kinds))
@@ -116,6 +124,14 @@ class Hooks:
         hooks = self
 
         def build(self, device=None, dtype=None, **kwargs):
+            key = _build_key(self, device, dtype) if hooks.take_over and hooks.keep_dit else None
+            if hooks.kept is not None:
+                if key is not None and hooks.kept[0] == key:
+                    hooks._credit(Built(type(hooks.kept[1]).__name__, hooks._stage_name(), 0.0,
+                                        params=_params(hooks.kept[1]), kept=True))
+                    return hooks.kept[1]
+                if _builds_ltx_model(self):
+                    hooks.kept = None  # another DiT: the kept one goes
             builder = self
             if hooks.take_over:
                 ops = tuple(self.module_ops)
@@ -125,9 +141,22 @@ class Hooks:
                     builder = builder.with_module_ops(kept)
             t = time.perf_counter()
             model = original(builder, device, dtype, **kwargs)
-            return hooks._finish(model, time.perf_counter() - t, _device_of(model, device))
+            model = hooks._finish(model, time.perf_counter() - t, _device_of(model, device))
+            if key is not None and is_ltx_model(model) and getattr(model, MARK, False) and _fits(model):
+                hooks.kept = (key, model)
+            return model
         build.__wrapped__ = original
         return build
+
+    def _wrap_dispose(self, original):
+        hooks = self
+
+        def dispose(self):
+            if hooks.kept is not None and getattr(self, "velocity_model", None) is hooks.kept[1]:
+                return  # kept on the device for the run's next stage
+            return original(self)
+        dispose.__wrapped__ = original
+        return dispose
 
     def _wrap_streaming(self, original):
         hooks = self
@@ -161,10 +190,10 @@ class Hooks:
 
     def _meter_steps(self, model: nn.Module) -> None:
         """The step hook on `model`, once (LTX-2 as built hands the same shell to a second build)."""
-        old = getattr(model, STEP_HOOK, None)
-        if old is not None:
+        for old in getattr(model, STEP_HOOK, ()):
             old.remove()
-        setattr(model, STEP_HOOK, model.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True))
+        setattr(model, STEP_HOOK, (model.register_forward_pre_hook(forward_pre_hook(self.meter), with_kwargs=True),
+                                   model.register_forward_hook(forward_hook(self.meter))))
 
     def _wrap_block(self, original, kind: str):
         meter = self.meter
@@ -186,19 +215,52 @@ class Hooks:
     def installed(self):
         single = importlib.import_module("ltx_core.loader.single_gpu_model_builder").SingleGPUModelBuilder
         streaming = importlib.import_module("ltx_core.block_streaming.builder").StreamingModelBuilder
+        x0 = importlib.import_module("ltx_core.model.transformer.model").X0Model
         blocks = importlib.import_module("ltx_pipelines.utils.blocks")
-        saved = [(single, "build", single.build), (streaming, "build", streaming.build)]
+        saved = [(single, "build", single.build), (streaming, "build", streaming.build), (x0, "dispose", x0.__dict__.get("dispose"))]
         saved += [(getattr(blocks, name), "__call__", getattr(blocks, name).__call__) for name, _ in BLOCKS]
         try:
             single.build = self._wrap_single(single.build)
             streaming.build = self._wrap_streaming(streaming.build)
+            x0.dispose = self._wrap_dispose(x0.dispose)
             for name, kind in BLOCKS:
                 cls = getattr(blocks, name)
                 cls.__call__ = self._wrap_block(cls.__call__, kind)
             yield self
         finally:
+            self.kept = None
             for owner, attr, value in saved:
-                setattr(owner, attr, value)
+                if value is None:
+                    delattr(owner, attr)  # the inherited method shows through again
+                else:
+                    setattr(owner, attr, value)
+
+
+def _build_key(builder, device, dtype) -> tuple | None:
+    """What makes two builds of one builder's model the same model (None: cannot tell)."""
+    try:
+        loras = tuple((str(x.path), float(x.strength), getattr(x.sd_ops, "name", None)) for x in builder.loras)
+        return (str(builder.model_path), loras, getattr(builder.model_sd_ops, "name", None),
+                tuple(op.name for op in builder.module_ops), getattr(builder, "_model_class_configurator", None),
+                builder.fuse_rule, str(device), str(dtype))
+    except (AttributeError, TypeError):
+        return None
+
+
+def _builds_ltx_model(builder) -> bool:
+    configurator = getattr(builder, "_model_class_configurator", None)
+    return getattr(configurator, "__name__", "").startswith("LTXModel")
+
+
+def _fits(model: nn.Module) -> bool:
+    """Whether keeping `model` between stages leaves most of its GPU's memory to the other models."""
+    import torch
+
+    device = _device_of(model, None)
+    if device is None or device.type != "cuda":
+        return True
+    weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return weights <= KEEP_FRACTION * torch.cuda.get_device_properties(device).total_memory
 
 
 def _params(model: nn.Module) -> int:

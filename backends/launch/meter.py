@@ -9,7 +9,7 @@ while it was active.
 
 Denoising steps: a forward pre-hook on every LTXModel the run builds notes the step (the video
 modality's sigma; guidance makes several forwards per step); a step's seconds run from its first
-forward to the next step's first forward (or the stage's end).
+forward to the next step's first forward, the last step's to the end of its last forward.
 """
 
 from __future__ import annotations
@@ -104,8 +104,6 @@ class Meter:
         self._boundary()
         if stage in self.active:
             self.active.remove(stage)
-        if stage.step_marks:
-            stage.step_end = self.clock
 
     def iterate(self, stage: Stage, chunks: Iterator) -> Iterator:
         """`chunks` with the stage active only while a chunk is being produced."""
@@ -128,10 +126,27 @@ class Meter:
         stage.forwards += 1
         stage.tokens = tokens if tokens is not None else stage.tokens
         if not stage.step_marks or sigma != stage.last_sigma:
-            if self.cuda:
-                torch.cuda.synchronize(self.device)
-            stage.step_marks.append(self.clock + time.perf_counter() - self._t)
+            stage.step_marks.append(self._now())
             stage.last_sigma = sigma
+
+    def forward_done(self) -> None:
+        """A transformer forward ended: the latest step ends here unless another forward follows."""
+        stage = next((s for s in reversed(self.active) if s.kind == "denoise"), None)
+        if stage is not None and stage.step_marks:
+            stage.step_end = self._now()
+
+    def _now(self) -> float:
+        """Meter time now, the GPU's queued work included."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return self.clock + time.perf_counter() - self._t
+
+
+def forward_hook(meter: Meter):
+    """A forward hook for LTXModel: where the step's work ends."""
+    def hook(module, args, output):
+        meter.forward_done()
+    return hook
 
 
 def forward_pre_hook(meter: Meter):

@@ -119,10 +119,10 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         raise LaunchError("the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
             f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
             for v in policy.conflicts))
-    versions = _gate(module)
     from backends.runtime.apply import apply_env
 
-    env_warnings = tuple(apply_env(profile))  # before anything starts CUDA
+    env_warnings = tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
+    versions = _gate(module)
     plan = _plan(profile, capability)
     if plan.blocking:
         raise LaunchError("the profile cannot run here:\n" + "\n".join(
@@ -254,7 +254,7 @@ def _model_record(built) -> ModelRecord:
                         if c.action not in ("kept", "unused", "pipeline", "no target"))
         warnings = tuple(built.report.warnings)
     return ModelRecord(built.model, built.stage, round(built.load_s, 4), round(built.apply_s, 4), built.applied,
-                       changes, warnings, built.params)
+                       changes, warnings, built.params, built.kept)
 
 
 def _stage_records(meter, predict) -> tuple[StageRecord, ...]:

@@ -42,6 +42,7 @@ class ModelRecord:
     changes: tuple[str, ...] = ()  # "option: action detail" of the report, for options that did something
     warnings: tuple[str, ...] = ()
     params: int | None = None  # parameters of the model as built
+    kept: bool = False  # an earlier stage's model, kept on the device (nothing loaded)
 
 
 @dataclass(frozen=True)
