@@ -9,6 +9,7 @@ Tile shapes are autotuned per (kernel size, head_dim, dtype).
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -170,9 +171,12 @@ def _rhe(args) -> int:
 
 
 _heuristic_kernel = triton.heuristics({"RW": _rw, "RHE": _rhe})(_na3d_fwd)
+# The autotune's choice is cached on disk (Triton's cache directory) where this Triton can: a new
+# process then skips timing 8 tile shapes per kernel size (seconds on the DiffVAE's first decode).
+_CACHE_RESULTS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 _tuned_kernel = triton.autotune(
     configs=[triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in CONFIGS],
-    key=["KT", "KH", "KW", "CT", "CH", "CW", "D"],
+    key=["KT", "KH", "KW", "CT", "CH", "CW", "D"], **_CACHE_RESULTS,
 )(_heuristic_kernel)
 
 

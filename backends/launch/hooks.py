@@ -11,7 +11,8 @@ Every model an LTX-2 v1.2.0 pipeline loads passes through one of two builders:
 A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2)
 gets the model the first build made, kept on the device in between (`keep_dit`: LTX-2 would
 dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips the kept one),
-when its weights take at most `KEEP_FRACTION` of the GPU's memory. The pipeline blocks
+when its weights take at most `KEEP_FRACTION` of the GPU's memory; it is let go when a decoder
+starts. The pipeline blocks
 (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter. Everything is restored on exit;
 LTX-2's files are never edited.
 """
@@ -34,6 +35,7 @@ from backends.runtime.ltx2 import is_diffusion_decoder
 MARK = "_ltx_tui_applied"  # set on every model the plan was applied to
 STEP_HOOK = "_ltx_tui_step_hooks"  # the handles of the step meter's hooks on an LTXModel
 KEEP_FRACTION = 0.5  # a DiT whose weights take more of the GPU's memory is not kept between stages
+DECODES = ("video_decode", "audio_decode")  # stages after the last denoising: a kept DiT is let go
 LTX2_LAYOUT_OPS = ("diffvae_mode_", "cutlass_fna_diffusion_decoder", "compile_diffusion_decoder")
 BLOCKS = (("PromptEncoder", "text_encoder"), ("ImageConditioner", "image_condition"), ("DiffusionStage", "denoise"),
           ("VideoUpsampler", "upsample"), ("VideoDecoder", "video_decode"), ("AudioDecoder", "audio_decode"))
@@ -196,9 +198,11 @@ class Hooks:
                                    model.register_forward_hook(forward_hook(self.meter))))
 
     def _wrap_block(self, original, kind: str):
-        meter = self.meter
+        hooks, meter = self, self.meter
 
         def __call__(self, *args, **kwargs):
+            if kind in DECODES:
+                hooks.kept = None  # no denoising after the decoders: the kept DiT's memory goes to them
             shape = {k: kwargs[k] for k in ("width", "height", "frames") if isinstance(kwargs.get(k), int)}
             stage = meter.begin(kind, **shape)
             try:
