@@ -81,6 +81,14 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     shell of the first, whose linears ltx-tui replaced; the launcher must give it a fresh one."""
     if not keep:
         monkeypatch.setattr(hooks, "_fits", lambda model: False)
+    let_go = []
+    original_let_go = hooks.Hooks.let_go
+
+    def spy(self):
+        if self.kept is not None:
+            let_go.append(self.kept[1])
+        original_let_go(self)
+    monkeypatch.setattr(hooks.Hooks, "let_go", spy)
     profile = tmp_path / "p.toml"
     profile.write_text('[transformer]\nquantization = "fp8-cast"\n')
     out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
@@ -106,6 +114,7 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert any(c.startswith("transformer.attention: installed") for c in first.changes)
     if keep:
         assert second.kept and second.applied and second.load_s == 0  # stage 2 reuses it: nothing read again
+        assert let_go and all(p.device.type == "meta" for p in let_go[0].parameters())  # released before decoding
     else:
         assert not second.kept and second.applied
         assert any(c.startswith("transformer.quantization: replaced") for c in second.changes)

@@ -133,7 +133,7 @@ class Hooks:
                                         params=_params(hooks.kept[1]), kept=True))
                     return hooks.kept[1]
                 if _builds_ltx_model(self):
-                    hooks.kept = None  # another DiT: the kept one goes
+                    hooks.let_go()  # another DiT: the kept one goes
             builder = self
             if hooks.take_over:
                 ops = tuple(self.module_ops)
@@ -149,6 +149,14 @@ class Hooks:
             return model
         build.__wrapped__ = original
         return build
+
+    def let_go(self) -> None:
+        """Release the kept DiT's weights as LTX-2 would have after its stage (`dispose`: storage to
+        meta; LTX-2's registry still holds the shell, which the shell guard never hands out)."""
+        if self.kept is not None:
+            model, self.kept = self.kept[1], None
+            if hasattr(model, "dispose"):
+                model.dispose()
 
     def _wrap_dispose(self, original):
         hooks = self
@@ -202,7 +210,7 @@ class Hooks:
 
         def __call__(self, *args, **kwargs):
             if kind in DECODES:
-                hooks.kept = None  # no denoising after the decoders: the kept DiT's memory goes to them
+                hooks.let_go()  # no denoising after the decoders: the kept DiT's memory goes to them
             shape = {k: kwargs[k] for k in ("width", "height", "frames") if isinstance(kwargs.get(k), int)}
             stage = meter.begin(kind, **shape)
             try:
@@ -232,7 +240,7 @@ class Hooks:
                 cls.__call__ = self._wrap_block(cls.__call__, kind)
             yield self
         finally:
-            self.kept = None
+            self.let_go()
             for owner, attr, value in saved:
                 if value is None:
                     delattr(owner, attr)  # the inherited method shows through again
