@@ -105,12 +105,15 @@ def test_ledger_appends_lines_and_finds_runs(tmp_path):
     assert [r.id for r in ledger.records] == ["20261130-220000-aaaa", "20261130-230000-bbbb"]
     assert ledger.skipped == 2
     assert ledger.find("-1").id.endswith("bbbb") and ledger.find("20261130-22").id.endswith("aaaa")
+    assert ledger.find("2").id.endswith("bbbb")  # a position, though every id starts with a 2
     back = ledger.find("1")
     assert back == record("20261130-220000-aaaa")  # round trip
     assert back.stages[0].error_pct == pytest.approx(10.0)
     assert back.gpu_seconds == 7.0 and back.peak_gib == 36.0
     with pytest.raises(KeyError, match="no run"):
         ledger.find("nope")
+    with pytest.raises(KeyError, match="holds 2 run"):
+        ledger.find("3")
     with pytest.raises(KeyError, match="2 runs in"):
         ledger.find("20261130")
 
@@ -135,7 +138,7 @@ def test_runs_lists_shows_and_compares(tmp_path, capsys):
     assert main(["runs", "--ledger", str(path), "--show", "-1"]) == 0
     out = capsys.readouterr().out
     assert "denoising 1" in out and "+10.0%" in out and "plan applied" in out
-    assert main(["runs", "--ledger", str(path), "--compare", "aaaa"[:0] + "20261130-22", "-1"]) == 0
+    assert main(["runs", "--ledger", str(path), "--compare", "20261130-22", "-1"]) == 0
     out = capsys.readouterr().out
     assert "2.00x" in out and "4.00x" in out and "2.17x" in out  # denoising, decode, total 13/6
     assert main(["runs", "--ledger", str(path), "--show", "zzz"]) == 2
@@ -179,3 +182,27 @@ def test_run_refuses_a_broken_profile(tmp_path, capsys):
     prof.write_text("[diffvae\n")
     assert main(["run", "--profile", str(prof), "--", "ltx_pipelines.distilled"]) == 2
     assert "TOML syntax error" in capsys.readouterr().err
+
+
+def test_predictions_need_full_size_models_and_count_a_kept_dit():
+    from types import SimpleNamespace
+
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.memory import GIB, dit_weight_bytes, plan_memory
+    from backends.launch.run import _predictions, full_size_params
+
+    prep = SimpleNamespace(profile=Profile(), shape={"width": 768, "height": 512, "frames": 121})
+    full = full_size_params()
+    built = [SimpleNamespace(model=m, params=n) for m, n in full.items()]
+    plan = {s.stage: s.peak_bytes for s in plan_memory(Profile(), RunShapes(768, 512, 121), None).stages}
+    predict = _predictions(prep, built)
+    assert predict("upsample", {}) == (round(plan["latent upsampler"] / GIB, 3), "latent upsampler")
+    gib, against = predict("upsample", {}, True)
+    assert gib == round((plan["latent upsampler"] + dit_weight_bytes(Profile())) / GIB, 3)
+    assert "kept DiT" in against
+    half = plan_memory(Profile(), RunShapes(384, 256, 121), None).stages
+    assert predict("denoise", {"width": 384, "height": 256})[0] == round(
+        next(s.peak_bytes for s in half if s.stage == "DiT denoising") / GIB, 3)
+    assert predict("audio_decode", {}) == (None, None)
+    tiny = [SimpleNamespace(model="LTXModel", params=378_240)]
+    assert predict is not None and _predictions(prep, tiny)("denoise", {})[1].startswith("no prediction: LTXModel has 378,240")

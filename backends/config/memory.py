@@ -138,14 +138,22 @@ def _text_encoder() -> StagePeak:
                      f"{S.TEXT_TOKENS} tokens")
 
 
-def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
+def dit_weight_bytes(profile: Profile) -> int:
+    """The DiT's weights on the GPU under `profile` (quantization; with offload only the resident blocks)."""
     total, linears = block_params()
     q = profile.transformer.quantization.value
     per_linear = 1.0 if q in ONE_BYTE else 0.5 if q in HALF_BYTE else BF16
     block_bytes = int(linears * per_linear + (total - linears) * BF16)
     offload = profile.offload.mode.value != "none"
     resident = min(profile.offload.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
-    weights = resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
+    return resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
+
+
+def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
+    q = profile.transformer.quantization.value
+    offload = profile.offload.mode.value != "none"
+    resident = min(profile.offload.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
+    weights = dit_weight_bytes(profile)
     tokens = shapes.batch * shapes.dit_tokens
     act = tokens * shapes.dit_width * BF16 * DIT_ACT
     graphs = profile.compile.enabled and (profile.compile.mode in CUDA_GRAPH_MODES or profile.compile.capture)

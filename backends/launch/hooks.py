@@ -213,6 +213,7 @@ class Hooks:
                 hooks.let_go()  # no denoising after the decoders: the kept DiT's memory goes to them
             shape = {k: kwargs[k] for k in ("width", "height", "frames") if isinstance(kwargs.get(k), int)}
             stage = meter.begin(kind, **shape)
+            stage.with_kept_dit = hooks.kept is not None and kind != "denoise"
             try:
                 result = original(self, *args, **kwargs)
             finally:

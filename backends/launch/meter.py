@@ -42,6 +42,7 @@ class Stage:
     last_sigma: float | None = None
     load_s: float = 0.0
     apply_s: float = 0.0
+    with_kept_dit: bool = False  # a DiT kept for a later stage was on the device during this stage
 
     def step_seconds(self) -> list[float]:
         marks = self.step_marks + ([self.step_end] if self.step_end is not None else [])

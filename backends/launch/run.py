@@ -219,14 +219,15 @@ def full_size_params() -> dict[str, int]:
             "LatentUpsampler": upsampler_params(), "LTXGemmaTextEncoder": gemma_params()}
 
 
-def _predictions(prep: Prepared, built: list) -> Callable[[str, dict[str, int]], tuple[float | None, str | None]]:
-    """The memory plan's peak for a stage, when the models the run built are the sizes it counts."""
+def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | None, str | None]]:
+    """The memory plan's peak for a stage, when the models the run built are the sizes it counts
+    (plus the DiT's weights while the launcher keeps it on the device for a later stage)."""
     from backends.config.ltx2_shapes import RunShapes
-    from backends.config.memory import GIB, plan_memory
+    from backends.config.memory import GIB, dit_weight_bytes, plan_memory
 
     full = full_size_params()
 
-    def predict(kind: str, stage_shape: dict[str, int]) -> tuple[float | None, str | None]:
+    def predict(kind: str, stage_shape: dict[str, int], with_kept_dit: bool = False) -> tuple[float | None, str | None]:
         if kind not in PREDICTED:
             return None, None
         name, model = PREDICTED[kind]
@@ -243,6 +244,8 @@ def _predictions(prep: Prepared, built: list) -> Callable[[str, dict[str, int]],
         except ValueError as e:
             return None, f"no prediction: {e}"
         stage = next(s for s in plan_memory(prep.profile, shapes, None).stages if s.stage == name)
+        if with_kept_dit:
+            return round((stage.peak_bytes + dit_weight_bytes(prep.profile)) / GIB, 3), f"{name} + the kept DiT's weights"
         return round(stage.peak_bytes / GIB, 3), name
     return predict
 
@@ -262,7 +265,7 @@ def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
 
     out = []
     for s in meter.stages:
-        predicted, against = predict(s.kind, s.shape)
+        predicted, against = predict(s.kind, s.shape, s.with_kept_dit)
         out.append(StageRecord(
             s.name, s.kind, round(s.seconds, 4), s.calls,
             None if s.peak_allocated is None else round(s.peak_allocated / GIB, 3),

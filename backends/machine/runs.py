@@ -172,20 +172,20 @@ class Ledger:
     skipped: int = 0
 
     def find(self, key: str) -> RunRecord:
-        """A record by id or id prefix, else by position (1 the oldest, -1 the newest); KeyError
-        says what the ledger holds."""
+        """A record by position (1 the oldest, -1 the newest) or by id or id prefix; KeyError says
+        what the ledger holds."""
+        if key.lstrip("-").isdigit() and len(key.lstrip("-")) < 8:  # ids start with an 8-digit date
+            n = int(key)
+            index = n - 1 if n > 0 else n
+            if n != 0 and -len(self.records) <= index < len(self.records):
+                return self.records[index]
+            raise KeyError(f"run {key}: the ledger {self.path} holds {len(self.records)} run(s)")
         matches = [r for r in self.records if r.id.startswith(key)] if key else []
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
             raise KeyError(f"run {key!r}: {len(matches)} runs in {self.path} have ids starting so; give more of the id")
-        if key.lstrip("-").isdigit():
-            n = int(key)
-            index = n - 1 if n > 0 else n
-            if n != 0 and -len(self.records) <= index < len(self.records):
-                return self.records[index]
-        raise KeyError(f"run {key!r}: no run in {self.path} with that id or position (it holds "
-                       f"{len(self.records)}; `ltx-tui runs` lists them)")
+        raise KeyError(f"run {key!r}: no run in {self.path} with that id (`ltx-tui runs` lists them)")
 
 
 def load(path: Path | None = None) -> Ledger:
