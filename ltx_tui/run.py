@@ -87,7 +87,7 @@ def run_main(argv: list[str]) -> int:
     from backends.launch import run as launcher
 
     try:
-        prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built)
+        prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built, keep_conflicts=args.dry_run)
     except launcher.LaunchError as e:
         _say(f"ltx-tui run: {e}")
         return e.code
@@ -103,6 +103,9 @@ def run_main(argv: list[str]) -> int:
                                                 if s.kind in prep.policy.decoder_steps]}, indent=1))
         else:
             sys.stdout.write(launcher.describe(prep))
+        if prep.policy.conflicts:
+            _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, prep.profile_path)}")
+            return EXIT_USAGE
         return EXIT_OK
     for w in prep.env_warnings:
         _say(f"ltx-tui run: warning: {w}")

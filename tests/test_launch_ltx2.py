@@ -73,7 +73,7 @@ def only_record(ledger: pathlib.Path) -> runs.RunRecord:
     return record
 
 
-@pytest.mark.parametrize("keep", [True, False], ids=["dit-kept", "dit-rebuilt"])
+@pytest.mark.parametrize("keep", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["dit-kept", "dit-rebuilt"])
 def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorded(ltx2_pipelines, tiny, tmp_path,
                                                                                   monkeypatch, keep):
     """fp8-cast replaces the DiT's linears; distilled builds the DiT twice. Kept: stage 2 gets
@@ -125,6 +125,7 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert r.profile["sha256"] and r.plan["effective"]["transformer.quantization"] == '"fp8-cast"'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["ti2vid_one_stage", "ti2vid_two_stages"])
 def test_the_ti2vid_pipelines_run_with_the_default_profile(ltx2_pipelines, tiny, tmp_path, module):
     out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
@@ -209,6 +210,12 @@ def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipe
                  *args]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["versions"] == {"ltx-core": "1.2.0", "ltx-pipelines": "1.2.0"}
+    # a conflict: the whole dry run is shown, the verdict says what exits 2, and it exits 2
+    assert main(["run", "--profile", str(profile), "--dry-run", "--", "ltx_pipelines.distilled", *args,
+                 "--compile", "mode=max-autotune"]) == 2
+    captured = capsys.readouterr()
+    assert "--compile mode=max-autotune: conflicts" in captured.out and "LTX-2 command" in captured.out
+    assert "disagree with it" in captured.err
 
 
 def test_no_ltxmodel_through_the_builders_means_profile_not_applied(ltx2_pipelines, tiny, tmp_path, monkeypatch):

@@ -55,6 +55,7 @@ def decoder():
     return ltx2.tiny_decoder()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["chunked_eager", None])  # None: the combined layout the decoder is built with
 def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode):
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
@@ -79,6 +80,7 @@ def _default_scale(attn, q, k, v):
     return na3d(q, k, v, attn.kernel_size, backend="eager_sdpa")  # scale head_dim ** -0.5 on a pre-scaled q
 
 
+@pytest.mark.slow
 def test_decoder_natten_matches_ltx2s_natten_attention(decoder, cap):
     pytest.importorskip("natten")
     from ltx_core.model.video_vae.transformer.attention import NattenAttention
@@ -171,6 +173,7 @@ def test_dit_compile_per_real_block(dit, cap):
     torch.testing.assert_close(forward(ours, inputs), want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_smoke_checks_run_ltx2s_real_modules(tmp_path, capsys):
     from ltx_tui.cli import main
 
@@ -183,6 +186,7 @@ def test_smoke_checks_run_ltx2s_real_modules(tmp_path, capsys):
     assert "LTX-2 LTXModel" in rows["linear fp8-cast"]["message"]
 
 
+@pytest.mark.slow
 def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decoder, cap, monkeypatch, caplog,
                                                                            request):
     """ltx-tui's chunked_compile: the decode matches LTX-2's chunked layout, run eagerly; the slab
@@ -248,6 +252,7 @@ def test_slab_attention_matches_ltx2s_slab_body(decoder, rope_bf16):
     torch.testing.assert_close(got, want, atol=2e-2 if rope_bf16 else 1e-5, rtol=1e-2 if rope_bf16 else 1e-5)
 
 
+@pytest.mark.slow
 def test_a_graph_inductor_cannot_build_runs_eagerly_and_says_so(decoder, cap, monkeypatch, caplog, request):
     """Inductor failing to build a graph (seen once on the H200: a SyntaxError in its generated
     code) must not end the decode nor change it: that graph runs eagerly, Dynamo's log says why."""

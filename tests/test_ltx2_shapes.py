@@ -67,6 +67,7 @@ def test_facts_are_ltx2s():
         S.VAE_HEAD_DIM, S.VAE_PATCH, S.VAE_STEPS)
 
 
+@pytest.mark.slow
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")
 def test_stage_shapes_are_what_ltx2s_decoder_hands_its_na(monkeypatch):

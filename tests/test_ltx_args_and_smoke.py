@@ -105,6 +105,7 @@ def _na_spec(backend="eager_sdpa"):
     return next(s for s in plan_checks(plan) if s.kind == "na_backend")
 
 
+@pytest.mark.slow
 def test_run_check_passes_fails_times_out_and_cancels():
     spec = _na_spec()
     good = run_check(spec)
@@ -120,6 +121,7 @@ def test_run_check_passes_fails_times_out_and_cancels():
     assert [r.status for r in rows] == ["cancelled", "not run", "not run"]
 
 
+@pytest.mark.slow
 def test_cli_smoke_on_this_machine(capsys, tmp_path):
     path = tmp_path / "p.toml"
     path.write_text('[diffvae]\nna_backend = "eager_sdpa"\n[transformer]\nquantization = "fp8-cast"\n')
@@ -171,6 +173,7 @@ def test_cancel_kills_the_group_too(monkeypatch):
     assert result.status == "cancelled" and time.monotonic() - t0 < 3.0
 
 
+@pytest.mark.slow
 def test_smoke_for_another_capability_is_planned_for_this_machine(capsys):
     code = main(["--check", "--json", "--smoke", "--capability", "h100", "--timeout", "300"])
     doc = json.loads(capsys.readouterr().out)

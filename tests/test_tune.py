@@ -218,6 +218,7 @@ def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
     assert row["status"] == "inaccurate" and row["max_error"] > measure.NA_BOUND[torch.float32]
 
 
+@pytest.mark.slow
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")
 def test_decoder_mode_measurement_runs_ltx2s_decoder_against_its_own_path(narrow):

@@ -99,10 +99,18 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
     return profile, str(path), hashlib.sha256(data).hexdigest()
 
 
+def conflict_message(policy: flagmod.FlagPolicy, label: str) -> str:
+    return "the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
+        f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
+        for v in policy.conflicts)
+
+
 def prepare(profile_path: str | None, module: str, module_args: list[str] | tuple[str, ...], *,
-            capability=None, as_built: bool = False) -> Prepared:
+            capability=None, as_built: bool = False, keep_conflicts: bool = False) -> Prepared:
     """Everything before the weights; LaunchError (exit 2, or 1 for a plan that cannot run here).
-    `as_built`: no profile; LTX-2 runs as its own flags say and is only measured (a baseline)."""
+    `as_built`: no profile; LTX-2 runs as its own flags say and is only measured (a baseline).
+    `keep_conflicts`: flags that disagree with the profile are left in the result (a dry run
+    shows them) instead of raising."""
     if as_built:
         return _prepare_as_built(profile_path, module, module_args, capability)
     _check_module(module)
@@ -115,10 +123,8 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         policy = flagmod.policy(module_args, profile)
     except flagmod.FlagConflict as e:
         raise LaunchError(f"{module}'s arguments: {e}") from None
-    if policy.conflicts:
-        raise LaunchError("the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
-            f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
-            for v in policy.conflicts))
+    if policy.conflicts and not keep_conflicts:
+        raise LaunchError(conflict_message(policy, label))
     from backends.runtime.apply import apply_env
 
     env_warnings = tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
@@ -192,7 +198,8 @@ def describe(prep: Prepared) -> str:
     lines += [f"  {d.option:<{width}} = {toml_value(d.effective) if d.effective is not None else '-':<20} {d.status}"
               for d in prep.plan]
     lines += ["", "LTX-2 flags on the command line:"]
-    lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else "")
+    lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else
+                                                           f": exit 2 (drop the flag or change {v.option})")
               for v in prep.policy.verdicts] or ["  none of --quantization, --compile, --offload, "
                                                   "--diffvae-optimization, --max-batch-size"]
     steps = {s.kind: s for s in prep.plan.steps}
