@@ -145,3 +145,15 @@ def test_run_flags_are_checked(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_upsampler_stage_counts_the_video_encoder_ltx2_builds_beside_it():
+    """LTX-2's VideoUpsampler builds the video encoder with the upsampler: the H200 measured the
+    stage's peak at 1.633 GiB in distilled at 768x512x121 (bench/results/h200_distilled_oneshot.jsonl)."""
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.memory import GIB, plan_memory
+
+    stage = next(s for s in plan_memory(Profile(), RunShapes(768, 512, 121), None).stages
+                 if s.stage == "latent upsampler")
+    assert abs(stage.peak_bytes / GIB - 1.633) / 1.633 < 0.10
+    assert "video encoder" in stage.detail

@@ -26,7 +26,10 @@ peak is its resident weights plus its own working set; the run's peak is the lar
   Tiled decode (a fix): the stage-5 tokens of one of N spatial tiles, x1.15 for the overlap
   (an estimate); the stage-4 feature and the accumulator stay full size, as in LTX-2's tiling.
 - latent upsampler (the two-stage pipelines run LTX-2's `LatentUpsampler` between their DiT
-  passes): its default config (128 latent channels, 512 mid, 4 ResBlocks before and after a
+  passes; LTX-2's `VideoUpsampler` block builds the video encoder beside it, for the latent
+  statistics: VIDEO_ENCODER_PARAMS, the encoder of the public LTX-2 VAE config, which ltx-core
+  v1.2.0 does not ship: 694,098,881 parameters, bf16; with it the stage's prediction met the
+  H200's 1.63 GiB, bench/RESULTS.md): the upsampler's default config (128 latent channels, 512 mid, 4 ResBlocks before and after a
   2x spatial Conv2d + pixel shuffle; `ltx_core/model/upsampler/model.py`) has
   in*mid*27 + mid + 2 mid (first conv3d, GroupNorm) + 8 x (2 (mid^2*27 + mid) + 4 mid) +
   mid*4mid*9 + 4 mid + mid*in*27 + in = 126,250,624 parameters (LatentUpsampler() counts the
@@ -64,6 +67,7 @@ HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
 TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (estimate)
 UPSAMPLER = {"in": 128, "mid": 512, "blocks": 4}  # LatentUpsampler's defaults
 UPSAMPLER_ACT = 6  # working set in units of latent tokens x mid x 2 bytes (estimate)
+VIDEO_ENCODER_PARAMS = 694_098_881  # built beside the upsampler (the public LTX-2 VAE's encoder; an estimate)
 
 
 def block_params() -> tuple[int, int]:
@@ -184,11 +188,13 @@ def _decode(profile: Profile, shapes: RunShapes, tiles: int = 1) -> StagePeak:
 
 def _upsampler(shapes: RunShapes) -> StagePeak:
     weights = upsampler_params() * BF16
+    encoder = VIDEO_ENCODER_PARAMS * BF16
     tokens = shapes.batch * shapes.dit_tokens
     act = tokens * UPSAMPLER["mid"] * BF16 * UPSAMPLER_ACT
-    return StagePeak("latent upsampler", weights + act,
-                     f"two-stage pipelines: {upsampler_params() / 1e6:.1f} M params bf16 + {tokens} latent tokens x "
-                     f"{UPSAMPLER['mid']} ch x {UPSAMPLER_ACT} ({act / GIB:.2f} GiB, estimate)")
+    return StagePeak("latent upsampler", weights + encoder + act,
+                     f"two-stage pipelines: {upsampler_params() / 1e6:.1f} M params bf16 + the video encoder "
+                     f"{encoder / GIB:.2f} GiB + {tokens} latent tokens x {UPSAMPLER['mid']} ch x {UPSAMPLER_ACT} "
+                     f"({act / GIB:.2f} GiB, estimate)")
 
 
 def _stages(profile: Profile, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
