@@ -20,6 +20,7 @@ import sys
 import pytest
 import torch
 
+from backends.config.options import Profile
 from backends.launch import gate, hooks
 from backends.machine import runs
 from ltx_tui.cli import main
@@ -246,3 +247,30 @@ def test_as_built_measures_ltx2_with_its_own_flags_and_applies_nothing(ltx2_pipe
     steps = {s.name: s for s in r.stages}
     # LTX-2 hands stage 2 the shell of stage 1: its step meter is installed once, not twice
     assert steps["denoising 2"].forwards == len(steps["denoising 2"].step_seconds) == 3
+
+
+def test_a_streamed_dit_gets_what_ltx2s_streaming_leaves_to_ltx_tui_and_stays_where_ltx2_put_it(ltx2_pipelines):
+    """With offload LTX-2's StreamingModelBuilder owns the DiT's placement (and its fp8-cast and
+    compile): the launcher installs only the dense attention, moves nothing, meters the steps.
+    (The plan refuses offload without CUDA, so the pipeline path itself runs on the GPU box only.)"""
+    import torch.nn as nn
+
+    from backends.config.plan import resolve
+    from backends.launch.meter import Meter
+    from backends.machine.presets import preset
+    from backends.runtime import ltx2
+    from backends.runtime.dense_attention import DenseFunction
+
+    plan = resolve(Profile(), preset("cpu"))
+    model = ltx2.tiny_transformer()
+    wrapper = nn.Module()
+    wrapper.model = model
+    hooks_ = hooks.Hooks(plan, ("dense_attention",), (), Meter(None))
+    moved = []
+    model.to = lambda *a, **k: moved.append(a) or model
+    build = hooks_._wrap_streaming(lambda self, device, dtype, cpu_slots, gpu_slots, **kw: wrapper)
+    assert build(object(), "cpu", torch.bfloat16) is wrapper
+    (built,) = hooks_.built
+    assert built.model == "LTXModel" and built.applied
+    assert isinstance(model.transformer_blocks[0].attn1.attention_function, DenseFunction)
+    assert not moved and getattr(model, hooks.STEP_HOOK)
