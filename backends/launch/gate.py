@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import sys
 import tomllib
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from backends.runtime.ltx2 import import_ltx_core
+from backends.runtime.ltx2 import import_from_src, import_ltx_core
 
 SUPPORTED = "1.2.0"
 PIPELINES_ENV = "LTX2_PIPELINES_SRC"
@@ -63,16 +61,8 @@ def import_ltx_pipelines():
     core, why = import_ltx_core()
     if core is None:
         return None, why
-    src = os.environ.get(PIPELINES_ENV)
-    if src and src not in sys.path and os.path.isdir(os.path.join(src, "ltx_pipelines")):
-        sys.path.append(src)
-    try:
-        import ltx_pipelines
-    except ImportError as e:
-        where = f" ({PIPELINES_ENV}={src!r})" if src else f" ({PIPELINES_ENV} is not set)"
-        return None, (f"ltx_pipelines is not importable{where}: {e}; install ltx-pipelines v{SUPPORTED} or set "
-                      f"{PIPELINES_ENV} to the src/ folder of an ltx-pipelines v{SUPPORTED} checkout")
-    return ltx_pipelines, None
+    return import_from_src("ltx_pipelines", PIPELINES_ENV, f"install ltx-pipelines v{SUPPORTED} or set {PIPELINES_ENV} "
+                           f"to the src/ folder of an ltx-pipelines v{SUPPORTED} checkout")
 
 
 def package_version(module) -> str | None:

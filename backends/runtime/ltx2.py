@@ -27,17 +27,22 @@ HOW = (f"install ltx-core v1.2.0, or set {ENV} to the src/ folder of an ltx-core
        "(its model modules need torch, numpy, einops and safetensors)")
 
 
-def import_ltx_core() -> tuple[Any, str | None]:
-    """(the ltx_core package, None), or (None, why not and how to get it)."""
-    src = os.environ.get(ENV)
-    if src and src not in sys.path and os.path.isdir(os.path.join(src, "ltx_core")):
+def import_from_src(package: str, env: str, how: str) -> tuple[Any, str | None]:
+    """(`package`, None), found installed or under the folder `$env` names; or (None, why not and
+    `how` to get it)."""
+    src = os.environ.get(env)
+    if src and src not in sys.path and os.path.isdir(os.path.join(src, package)):
         sys.path.append(src)
     try:
-        import ltx_core
+        return importlib.import_module(package), None
     except ImportError as e:
-        where = f" ({ENV}={src!r})" if src else f" ({ENV} is not set)"
-        return None, f"ltx_core is not importable{where}: {e}; {HOW}"
-    return ltx_core, None
+        where = f" ({env}={src!r})" if src else f" ({env} is not set)"
+        return None, f"{package} is not importable{where}: {e}; {how}"
+
+
+def import_ltx_core() -> tuple[Any, str | None]:
+    """(the ltx_core package, None), or (None, why not and how to get it)."""
+    return import_from_src("ltx_core", ENV, HOW)
 
 
 def is_diffusion_decoder(model: nn.Module) -> bool:
