@@ -32,7 +32,8 @@ exit codes:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ltx-tui run", description="Run an LTX-2 v1.2.0 pipeline module with a "
+    p = argparse.ArgumentParser(prog="ltx-tui run", usage="ltx-tui run [--profile FILE | --as-built] [--ledger FILE] "
+                                "[--dry-run] [--json] -- ltx_pipelines.<module> ARGS...", description="Run an LTX-2 v1.2.0 pipeline module with a "
                                 "profile applied to every model it builds, and record the run.",
                                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", metavar="FILE", help="TOML profile (default: the default profile)")
