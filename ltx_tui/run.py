@@ -88,7 +88,7 @@ def run_main(argv: list[str]) -> int:
     from backends.launch import run as launcher
 
     try:
-        prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built, keep_conflicts=args.dry_run)
+        prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built, dry_run=args.dry_run)
     except launcher.LaunchError as e:
         _say(f"ltx-tui run: {e}")
         return e.code
@@ -116,6 +116,8 @@ def run_main(argv: list[str]) -> int:
     outcome = launcher.launch(prep, ["ltx-tui", "run", *argv], on_built=lambda b: _say(_built_line(b)),
                               log_error=log_internal_error)
     record = outcome.record
+    if not outcome.ran:  # --help, or the module's own argument error: nothing to record
+        return outcome.code
     try:
         path = ledger_mod.append(record, args.ledger)
         where = f"recorded as run {record.id} in {path}"

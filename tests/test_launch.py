@@ -21,7 +21,7 @@ def profile(**values) -> Profile:
 
 def test_no_speed_flags_pass_through_and_ltx_tui_applies_the_rest():
     p = flags.policy(ARGS, Profile())
-    assert p.ltx_argv == tuple(ARGS) and p.verdicts == ()
+    assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager") and p.verdicts == ()
     assert p.dit_steps == ("dense_attention", "quantize", "compile")
     assert p.decoder_steps == ("diffvae_layout", "na_backend")
 
@@ -39,7 +39,9 @@ def test_a_flag_that_agrees_is_taken_over_never_passed_to_ltx2():
     p = flags.policy(ARGS + ["--diffvae-optimization", "chunked_compile", "--quantization=fp8-scaled-mm",
                              "--compile", "--max-batch-size", "1"], prof)
     assert not p.conflicts and len(p.verdicts) == 4
-    assert p.ltx_argv == tuple(ARGS)  # none reaches LTX-2: no double layout, quantization or compile
+    # none reaches LTX-2 as given: no double quantization or compile; the layout mode only sizes LTX-2's
+    # decode tiles (the launcher takes LTX-2's layout op off the decoder's builder)
+    assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_compile")
 
 
 @pytest.mark.parametrize("given, values, option", [
@@ -52,6 +54,25 @@ def test_a_flag_that_agrees_is_taken_over_never_passed_to_ltx2():
 def test_each_speed_flag_is_judged(given, values, option):
     (v,) = flags.policy(ARGS + given, profile(**values)).conflicts
     assert v.option == option
+
+
+@pytest.mark.parametrize("quantization", ["fp8-scaled-mm", "int8-w8a8", "fp8-blockwise"])
+def test_offload_refuses_what_ltx2s_streaming_cannot_load(quantization):
+    with pytest.raises(flags.FlagConflict, match="only quantization none or fp8-cast"):
+        flags.policy(ARGS, profile(**{"offload.mode": "cpu", "transformer.quantization": quantization}))
+
+
+def test_a_bare_compile_means_ltx2s_defaults():
+    prof = profile(**{"compile.enabled": True, "compile.mode": "max-autotune-no-cudagraphs"})
+    (v,) = flags.policy(["--compile"], prof).conflicts
+    assert v.option == "compile.mode" and "left at LTX-2's default" in v.detail
+    assert not flags.policy(["--compile", "mode=max-autotune-no-cudagraphs"], prof).conflicts
+    with pytest.raises(flags.FlagConflict, match="twice"):
+        flags.policy(["--compile", "mode=default", "mode=default"], prof)
+
+
+def test_max_batch_size_compares_by_value():
+    assert not flags.policy(["--max-batch-size", "01"], Profile()).conflicts
 
 
 def test_compile_keys_compare_by_value():
@@ -76,8 +97,8 @@ def test_offload_is_ltx2s_and_takes_quantization_and_compile_with_it():
     prof = profile(**{"offload.mode": "cpu", "transformer.quantization": "fp8-cast", "compile.enabled": True,
                       "compile.mode": "max-autotune-no-cudagraphs", "memory.max_batch_size": 2})
     p = flags.policy(ARGS, prof)
-    assert p.ltx_argv == (*ARGS, "--offload", "cpu", "--quantization", "fp8-cast", "--compile",
-                          "mode=max-autotune-no-cudagraphs", "--max-batch-size", "2")
+    assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager", "--offload", "cpu", "--quantization",
+                          "fp8-cast", "--compile", "mode=max-autotune-no-cudagraphs", "--max-batch-size", "2")
     assert p.dit_steps == ("dense_attention",)
     assert len(p.ltx2_does) == 4
 
@@ -206,3 +227,31 @@ def test_predictions_need_full_size_models_and_count_a_kept_dit():
     assert predict("audio_decode", {}) == (None, None)
     tiny = [SimpleNamespace(model="LTXModel", params=378_240)]
     assert predict is not None and _predictions(prep, tiny)("denoise", {})[1].startswith("no prediction: LTXModel has 378,240")
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d["stages"][0].update(step_seconds="x"),
+    lambda d: d["stages"][0].update(seconds="x"),
+    lambda d: d.update(profile=[1]),
+    lambda d: d.update(stages=[1, 2]),
+    lambda d: d["models"][0].update(applied="yes"),
+    lambda d: d.update(exit=True),
+    lambda d: d["stages"][0].pop("seconds"),
+])
+def test_a_record_with_a_field_of_the_wrong_type_is_skipped_not_fatal(tmp_path, capsys, damage):
+    path = tmp_path / "runs.jsonl"
+    good = record("20261130-220000-aaaa").to_dict()
+    bad = json.loads(json.dumps(good))
+    damage(bad)
+    path.write_text(json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    ledger = runs.load(path)
+    assert [r.id for r in ledger.records] == ["20261130-220000-aaaa"] and ledger.skipped == 1
+    assert main(["runs", "--ledger", str(path), "--show", "-1"]) == 0
+
+
+def test_fields_a_newer_writer_adds_are_ignored_at_every_level(tmp_path):
+    data = record("20261130-220000-aaaa").to_dict()
+    data["new_top"] = 1
+    data["stages"][0]["new_stage_field"] = [1]
+    data["models"][0]["new_model_field"] = {}
+    assert runs.RunRecord.from_dict(data) == record("20261130-220000-aaaa")

@@ -87,7 +87,7 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
 
     def spy(self):
         if self.kept is not None:
-            let_go.append(self.kept[1])
+            let_go.append((self.kept[1], self.meter.stages[-1].name))  # the last stage begun so far
         original_let_go(self)
     monkeypatch.setattr(hooks.Hooks, "let_go", spy)
     profile = tmp_path / "p.toml"
@@ -115,7 +115,9 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert any(c.startswith("transformer.attention: installed") for c in first.changes)
     if keep:
         assert second.kept and second.applied and second.load_s == 0  # stage 2 reuses it: nothing read again
-        assert let_go and all(p.device.type == "meta" for p in let_go[0].parameters())  # released before decoding
+        (model, last_stage), = let_go
+        assert last_stage == "denoising 2"  # let go when the decoder starts, before it allocates anything
+        assert all(p.device.type == "meta" for p in model.parameters())
     else:
         assert not second.kept and second.applied
         assert any(c.startswith("transformer.quantization: replaced") for c in second.changes)
@@ -137,6 +139,8 @@ def test_the_ti2vid_pipelines_run_with_the_default_profile(ltx2_pipelines, tiny,
     assert {"text_encoder", "denoise", "video_decode", "audio_decode"} <= kinds
     if module == "ti2vid_two_stages":
         assert "upsample" in kinds and sum(s.kind == "denoise" for s in r.stages) == 2
+    # stage 2 adds the distilled LoRA: another DiT, so stage 1's is not kept (only distilled keeps it)
+    assert not any(m.kept for m in r.models)
     assert all(m.applied for m in r.models if m.model in ("LTXModel", "DiffusionVideoDecoder"))
 
 
@@ -205,7 +209,8 @@ def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipe
     assert "--compile: agrees" in out and "--diffvae-optimization chunked_eager: agrees" in out
     assert "torch.compile per transformer block" in out
     command = out.split("LTX-2 command (what runs, in this process):\n")[1]
-    assert "--compile" not in command and "--diffvae-optimization" not in command
+    assert "--compile" not in command  # taken over: ltx-tui compiles, LTX-2 must not
+    assert command.count("--diffvae-optimization chunked_eager") == 1  # once: it sizes LTX-2's decode tiles
     assert not (tmp_path / "x.mp4").exists()
     assert main(["run", "--profile", str(profile), "--dry-run", "--json", "--", "ltx_pipelines.distilled",
                  *args]) == 0
@@ -274,3 +279,10 @@ def test_a_streamed_dit_gets_what_ltx2s_streaming_leaves_to_ltx_tui_and_stays_wh
     assert built.model == "LTXModel" and built.applied
     assert isinstance(model.transformer_blocks[0].attn1.attention_function, DenseFunction)
     assert not moved and getattr(model, hooks.STEP_HOOK)
+
+
+def test_the_modules_own_help_is_not_a_run(ltx2_pipelines, tmp_path, capsys):
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled", "--help"]) == 0
+    assert "--distilled-checkpoint-path" in capsys.readouterr().out and not ledger.exists()
+

@@ -12,7 +12,8 @@ it: what LTX-2 must do itself is added back from the profile (`ltx_argv`), once:
   model; ltx-tui's runtime cannot replace the linears or blocks of a streamed model), so those go
   to LTX-2 as `--quantization fp8-cast` / `--compile ...` too;
 - otherwise ltx-tui's runtime applies quantization and compile to the loaded DiT, and its
-  DiffVAE layout to the decoder (LTX-2's `diffvae_mode_*` op is taken off the decoder's builder);
+  DiffVAE layout to the decoder (LTX-2's `diffvae_mode_*` op is taken off the decoder's builder;
+  `--diffvae-optimization MODE` is still passed so LTX-2 sizes its decode tiles for that layout);
 - `--max-batch-size N` is passed on when the profile's `memory.max_batch_size` is not 1 (LTX-2
   parses it everywhere; only some modules read it).
 
@@ -30,6 +31,7 @@ FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "
 # LTX-2's --compile keys that the profile has no option for.
 COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
 COMPILE_KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")
+STREAMABLE = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
 
 
 class FlagConflict(ValueError):
@@ -89,6 +91,8 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
         key = key.strip()
         if not sep:
             raise FlagConflict(f"--compile expects KEY=VALUE pairs, got {item!r}")
+        if key in given:
+            raise FlagConflict(f"--compile {key}= is given twice (LTX-2 refuses that too)")
         if key in COMPILE_EXTRA_KEYS:
             raise FlagConflict(f"--compile {key}=...: the profile has no option for {key}; "
                                "drop it, or run LTX-2 without ltx-tui (`ltx-tui --check --ltx-args`)")
@@ -96,7 +100,9 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
             raise FlagConflict(f"--compile {key}=...: not a key LTX-2 knows (keys: {', '.join(COMPILE_KEYS + COMPILE_EXTRA_KEYS)})")
         given[key] = raw.strip()
     wrong = []
-    for key, raw in given.items():
+    defaults = Compile(enabled=True)  # LTX-2's CompilationConfig() for the keys not given
+    for key in COMPILE_KEYS:
+        raw = given.get(key, str(getattr(defaults, key)))
         want = getattr(c, key)
         if key in ("fullgraph", "capture"):
             same = _bool(raw) == want
@@ -108,7 +114,8 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
         else:
             same = raw == str(want)
         if not same:
-            wrong.append((key, f"{key}={raw} but the profile has compile.{key} = {want}"))
+            said = f"{key}={raw}" if key in given else f"{key} left at LTX-2's default ({raw})"
+            wrong.append((key, f"{said} but the profile has compile.{key} = {want}"))
     if wrong:
         return False, "; ".join(text for _, text in wrong), ", ".join(f"compile.{key}" for key, _ in wrong)
     return True, "compile.enabled = true" + "".join(f", compile.{k} = {v}" for k, v in given.items()), "compile.enabled"
@@ -166,11 +173,18 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
               ns.diffvae_optimization == str(mode), f"the profile has diffvae.mode = {mode}")
     n = profile.memory.max_batch_size
     if ns.max_batch_size is not None:
+        given_n = ns.max_batch_size.strip()
         judge(_flag_text("--max-batch-size", ns.max_batch_size), "memory.max_batch_size",
-              ns.max_batch_size.strip() == str(n), f"the profile has memory.max_batch_size = {n}")
+              given_n.isdigit() and int(given_n) == n, f"the profile has memory.max_batch_size = {n}")
 
     ltx_argv, ltx2_does, notes = list(rest), [], []
+    # LTX-2 sizes its decode tiles for the layout it is told (the launcher lays it out itself)
+    ltx_argv += ["--diffvae-optimization", str(profile.diffvae.mode)]
     dit_steps = ["dense_attention"]
+    if o is not OffloadMode.NONE and q not in STREAMABLE:
+        raise FlagConflict(f"offload.mode = {o} with transformer.quantization = {q}: under `ltx-tui run` offload is "
+                           "LTX-2's own block streaming, which takes only quantization none or fp8-cast; set "
+                           "transformer.quantization = \"fp8-cast\" (or \"none\"), or offload.mode = \"none\"")
     if o is not OffloadMode.NONE:
         ltx_argv += ["--offload", str(o)]
         ltx2_does.append(f"offload.mode = {o}: LTX-2's StreamingModelBuilder (--offload {o})")
@@ -194,6 +208,10 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
 def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: bool) -> Profile:
     """The profile that says what LTX-2's own flags in `args` say (for `ltx-tui run --as-built`:
     the record and the memory plan's prediction); FlagConflict for a value the profile cannot hold."""
+    short = abbreviations(list(args))
+    if short:
+        raise FlagConflict(f"{', '.join(short)}: spell the flag out (LTX-2 would expand the abbreviation; the record "
+                           "could not say what it did)")
     ns, _ = _parser().parse_known_args(list(args))
     values: dict[str, object] = {"memory.expandable_segments": expandable_segments}
     if ns.quantization is not None:

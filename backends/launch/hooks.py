@@ -145,6 +145,7 @@ class Hooks:
             model = original(builder, device, dtype, **kwargs)
             model = hooks._finish(model, time.perf_counter() - t, _device_of(model, device))
             if key is not None and is_ltx_model(model) and getattr(model, MARK, False) and _fits(model):
+                hooks.let_go()
                 hooks.kept = (key, model)
             return model
         build.__wrapped__ = original

@@ -64,15 +64,21 @@ class Meter:
 
     def _boundary(self) -> None:
         if self.cuda:
-            torch.cuda.synchronize(self.device)
+            try:
+                torch.cuda.synchronize(self.device)
+            except RuntimeError:  # a device error (illegal address...): the run's own exception says it
+                self.cuda = False
         now = time.perf_counter()
         dt, self._t = now - self._t, now
         self.clock += dt
         peak = reserved = None
         if self.cuda:
-            peak = torch.cuda.max_memory_allocated(self.device)
-            reserved = torch.cuda.max_memory_reserved(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+            try:
+                peak = torch.cuda.max_memory_allocated(self.device)
+                reserved = torch.cuda.max_memory_reserved(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+            except RuntimeError:
+                self.cuda, peak, reserved = False, None, None
         for s in self.active:
             s.seconds += dt
             if peak is not None:
@@ -139,7 +145,10 @@ class Meter:
     def _now(self) -> float:
         """Meter time now, the GPU's queued work included."""
         if self.cuda:
-            torch.cuda.synchronize(self.device)
+            try:
+                torch.cuda.synchronize(self.device)
+            except RuntimeError:
+                self.cuda = False
         return self.clock + time.perf_counter() - self._t
 
 
@@ -154,13 +163,15 @@ def forward_pre_hook(meter: Meter):
     """A forward pre-hook for LTXModel (with kwargs): the step's sigma and token count."""
     def hook(module, args, kwargs):
         video = kwargs.get("video", args[0] if args else None)
+        audio = kwargs.get("audio", args[1] if len(args) > 1 else None)
         sigma = tokens = None
-        if video is not None:
-            s = getattr(video, "sigma", None)
+        for modality in (video, audio):  # audio-only pipelines (t2a) step by the audio's sigma
+            s = getattr(modality, "sigma", None)
             if isinstance(s, torch.Tensor) and s.numel():
                 sigma = float(s.flatten()[0])
-            latent = getattr(video, "latent", None)
-            if isinstance(latent, torch.Tensor) and latent.dim() == 3:
-                tokens = int(latent.shape[1])
+                break
+        latent = getattr(video, "latent", None)
+        if isinstance(latent, torch.Tensor) and latent.dim() == 3:
+            tokens = int(latent.shape[1])
         meter.forward(sigma, tokens)
     return hook

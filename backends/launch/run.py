@@ -38,6 +38,10 @@ MGPU_SUFFIX = "_mgpu"
 PREDICTED = {"text_encoder": ("text encoder", "LTXGemmaTextEncoder"), "denoise": ("DiT denoising", "LTXModel"),
              "upsample": ("latent upsampler", "LatentUpsampler"), "video_decode": ("DiffVAE decode", "DiffusionVideoDecoder")}
 SIZE_TOLERANCE = 0.05  # a model this far from the full size the memory plan counts gets no prediction
+# Modules whose stages build the same DiT again (distilled: one DiffusionStage run twice, no stage-2
+# LoRA): the launcher keeps it on the device between them. The other two-stage modules add the
+# distilled LoRA to stage 2, so keeping stage 1's DiT would only hold its memory.
+KEEP_DIT_MODULES = ("ltx_pipelines.distilled",)
 
 
 class LaunchError(Exception):
@@ -106,11 +110,11 @@ def conflict_message(policy: flagmod.FlagPolicy, label: str) -> str:
 
 
 def prepare(profile_path: str | None, module: str, module_args: list[str] | tuple[str, ...], *,
-            capability=None, as_built: bool = False, keep_conflicts: bool = False) -> Prepared:
+            capability=None, as_built: bool = False, dry_run: bool = False) -> Prepared:
     """Everything before the weights; LaunchError (exit 2, or 1 for a plan that cannot run here).
     `as_built`: no profile; LTX-2 runs as its own flags say and is only measured (a baseline).
-    `keep_conflicts`: flags that disagree with the profile are left in the result (a dry run
-    shows them) instead of raising."""
+    `dry_run`: flags that disagree with the profile are left in the result (the dry run shows
+    them) instead of raising, and the allocator environment is left as it is."""
     if as_built:
         return _prepare_as_built(profile_path, module, module_args, capability)
     _check_module(module)
@@ -123,11 +127,11 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         policy = flagmod.policy(module_args, profile)
     except flagmod.FlagConflict as e:
         raise LaunchError(f"{module}'s arguments: {e}") from None
-    if policy.conflicts and not keep_conflicts:
+    if policy.conflicts and not dry_run:
         raise LaunchError(conflict_message(policy, label))
     from backends.runtime.apply import apply_env
 
-    env_warnings = tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
+    env_warnings = () if dry_run else tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
     versions = _gate(module)
     plan = _plan(profile, capability)
     if plan.blocking:
@@ -299,6 +303,11 @@ class Outcome:
     built: list = field(default_factory=list)
     log: str | None = None
 
+    @property
+    def ran(self) -> bool:
+        """Whether anything ran (`--help`, or an argument error, builds no model and runs no stage)."""
+        return bool(self.built or self.record.stages)
+
 
 def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built: None,
            log_error: Callable[[], str] | None = None) -> Outcome:
@@ -311,7 +320,7 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     meter = Meter(device)
     hooks = Hooks(prep.plan, prep.policy.dit_steps, prep.policy.decoder_steps, meter, on_built,
-                  take_over=not prep.as_built)
+                  take_over=not prep.as_built, keep_dit=prep.module in KEEP_DIT_MODULES)
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
     status, code, error, log = "ok", EXIT_OK, None, None
@@ -334,7 +343,7 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
         for s in list(meter.active):
             meter.pause(s)
     dits = [b for b in hooks.built if b.model == "LTXModel"]
-    if status == "ok" and not prep.as_built and not any(b.applied for b in dits):
+    if status == "ok" and not prep.as_built and (hooks.built or meter.stages) and not any(b.applied for b in dits):
         status, code = "not applied", EXIT_FAILED
         error = ("profile not applied: no LTXModel was built through LTX-2's builders"
                  if not dits else "profile not applied to any LTXModel")

@@ -116,25 +116,45 @@ class RunRecord:
 
     @staticmethod
     def from_dict(data: Any) -> "RunRecord":
-        """A record from its JSON form; ValueError when it is not one of this schema."""
+        """A record from its JSON form; ValueError when it is not one of this schema (every
+        field of the right type; fields a newer writer added are ignored)."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
             raise ValueError("not a run record of schema 1")
-        try:
-            known = {f.name for f in fields(RunRecord)}
-            values = {k: v for k, v in data.items() if k in known}
-            values["argv"] = tuple(values.get("argv", ()))
-            values["ltx_argv"] = tuple(values.get("ltx_argv", ()))
-            values["models"] = tuple(ModelRecord(**dict(m, changes=tuple(m.get("changes", ())),
-                                                        warnings=tuple(m.get("warnings", ()))))
-                                     for m in values.get("models", ()))
-            values["stages"] = tuple(StageRecord(**dict(s, step_seconds=tuple(s.get("step_seconds", ()))))
-                                     for s in values.get("stages", ()))
-            record = RunRecord(**values)
-        except (TypeError, AttributeError) as e:
-            raise ValueError(f"malformed run record: {e}") from None
-        if record.status not in STATUSES or not isinstance(record.id, str):
+        record = _typed(RunRecord, data, "record")
+        if record.status not in STATUSES:
             raise ValueError(f"malformed run record: status {record.status!r}")
         return record
+
+
+def _value(kind: str, value: Any, where: str) -> Any:
+    """`value` checked against the annotation `kind` (as the dataclasses here write them)."""
+    if value is None and kind.endswith("| None"):
+        return None
+    base = kind.removesuffix(" | None")
+    if base in NESTED:
+        return _typed(NESTED[base], value, where)
+    if base.startswith("tuple[") and isinstance(value, (list, tuple)):
+        inner = base[len("tuple["):-len(", ...]")]
+        return tuple(_value(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
+    ok = {"str": lambda v: isinstance(v, str), "bool": lambda v: isinstance(v, bool),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(base)
+    if ok is not None and ok(value) or ok is None and base.startswith("dict[") and isinstance(value, dict):
+        return value
+    raise ValueError(f"malformed run record: {where} is {type(value).__name__}, expected {kind}")
+
+
+def _typed(cls, data: Any, where: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed run record: {where} is {type(data).__name__}, expected an object")
+    values = {f.name: _value(f.type, data[f.name], f"{where}.{f.name}") for f in fields(cls) if f.name in data}
+    try:
+        return cls(**values)
+    except TypeError as e:  # a field without a default is missing
+        raise ValueError(f"malformed run record: {where}: {e}") from None
+
+
+NESTED = {"ModelRecord": ModelRecord, "StageRecord": StageRecord}
 
 
 def default_ledger() -> Path:
@@ -208,6 +228,6 @@ def load(path: Path | None = None) -> Ledger:
             continue
         try:
             records.append(RunRecord.from_dict(json.loads(raw)))
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, or not a record of this schema
             skipped += 1
     return Ledger(path, tuple(records), skipped)
