@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import shlex
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -35,31 +35,13 @@ STAGE_COLUMNS = ("stage", "s", "steps", "time", "peak GiB", "plan", "err")
 MODEL_COLUMNS = ("model", "stage", "load s", "apply s", "applied")
 
 
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _num(x: float | None, fmt: str = "{:.2f}") -> str:
+    """`x` formatted; blank when absent."""
+    return "" if x is None else fmt.format(x)
 
 
-def _num(x: Any, fmt: str = "{:.2f}") -> str:
-    """`x` formatted; blank when absent, `?` when the ledger holds something that is not a number."""
-    if x is None:
-        return ""
-    return fmt.format(x) if _is_num(x) else "?"
-
-
-def _seconds(x: Any) -> str:
-    return _num(x, "{:.1f}" if _is_num(x) and x >= 100 else "{:.2f}")
-
-
-def _safe(fn: Callable[[], Any]) -> Any:
-    """A derived value of a record, or "?" when its fields cannot give one (a hand-edited line)."""
-    try:
-        return fn()
-    except (TypeError, ValueError, AttributeError):
-        return "?"
-
-
-def _dict(x: Any) -> dict:
-    return x if isinstance(x, dict) else {}
+def _seconds(x: float | None) -> str:
+    return _num(x, "{:.1f}" if x is not None and x >= 100 else "{:.2f}")
 
 
 def started(value: Any, wide: bool) -> str:
@@ -75,26 +57,21 @@ def started(value: Any, wide: bool) -> str:
 
 def error_text(stage: runs.StageRecord) -> Text:
     """The memory plan's error for this stage, coloured by size (blank without a prediction)."""
-    err = _safe(lambda: stage.error_pct)
+    err = stage.error_pct
     if err is None:
         return Text("")
-    if not _is_num(err):
-        return Text("?")
     style = "green" if abs(err) <= 10 else "yellow" if abs(err) <= 25 else "red"
     return Text(f"{err:+.1f}%", style=style)
 
 
 def steps_text(stage: runs.StageRecord) -> str:
     """Denoising: steps x mean step seconds ('8×1.23')."""
-    steps = stage.step_seconds if isinstance(stage.step_seconds, (tuple, list)) else ()
-    if not steps:
-        return ""
-    mean = _safe(lambda: sum(steps) / len(steps))
-    return f"{len(steps)}×{_seconds(mean)}"
+    steps = stage.step_seconds
+    return f"{len(steps)}×{_seconds(sum(steps) / len(steps))}" if steps else ""
 
 
-def bar(seconds: Any, slowest: float) -> Text:
-    if not _is_num(seconds) or slowest <= 0:
+def bar(seconds: float, slowest: float) -> Text:
+    if slowest <= 0:
         return Text("")
     n = max(1, round(BAR * seconds / slowest)) if seconds > 0 else 0
     return Text("█" * n + " " * (BAR - n), style="cyan")
@@ -225,8 +202,8 @@ class RunsPanel(Vertical):
                 "started": Text(started(r.started, wide)),
                 "module": Text(str(r.module).removeprefix(PIPELINES)),
                 "status": Text(str(r.status), style=STATUS_STYLE.get(r.status, "")),
-                "stage s": _seconds(_safe(lambda: r.gpu_seconds)),
-                "GiB": _num(_safe(lambda: r.peak_gib), "{:.1f}"),
+                "stage s": _seconds(r.gpu_seconds),
+                "GiB": _num(r.peak_gib, "{:.1f}"),
                 "exit": _num(r.exit, "{}"),
             }
             rows.append(tuple(cells[c] for c in columns))
@@ -262,13 +239,13 @@ class RunsPanel(Vertical):
             fill(models_table, (), [])
             return
         self.query_one("#run-summary", Static).update(self.summary(r))
-        stages = [s for s in r.stages if isinstance(s, runs.StageRecord)]
-        slowest = max((s.seconds for s in stages if _is_num(s.seconds)), default=0.0)
+        stages = r.stages
+        slowest = max((s.seconds for s in stages), default=0.0)
         fill(stages_table, STAGE_COLUMNS,
              [(Text(str(s.name)), _seconds(s.seconds), steps_text(s), bar(s.seconds, slowest),
                _num(s.peak_allocated_gib, "{:.1f}"), _num(s.predicted_gib, "{:.1f}"), error_text(s))
               for s in stages] or [(Text("no stages recorded", style="dim"),) + ("",) * (len(STAGE_COLUMNS) - 1)])
-        models = [m for m in r.models if isinstance(m, runs.ModelRecord)]
+        models = r.models
         models_table.display = bool(models)
         fill(models_table, MODEL_COLUMNS,
              [(Text(str(m.model)), Text(str(m.stage)), _seconds(m.load_s), _seconds(m.apply_s),
@@ -278,11 +255,10 @@ class RunsPanel(Vertical):
     @staticmethod
     def summary(r: runs.RunRecord) -> Text:
         """The selected run in a few lines: id, module, status, wall time, shape, device, profile, error."""
-        shape = _dict(r.shape)
+        shape = r.shape
         size = ("x".join(str(shape.get(k, "?")) for k in ("width", "height", "frames"))
                 if shape else "")
-        device = _dict(r.device)
-        name = device.get("name") or device.get("gpu") or ""
+        name = r.device.get("name") or ""
         text = Text()
         text.append(str(r.id), style="bold")
         text.append(f"  {r.module}  ")
@@ -291,7 +267,7 @@ class RunsPanel(Vertical):
         for part in (size, str(name)):
             if part:
                 text.append(f"  {part}")
-        profile = _dict(r.profile).get("path")
+        profile = r.profile.get("path")
         if profile:
             text.append(f"\nprofile {profile}")
         if r.error:
@@ -300,7 +276,7 @@ class RunsPanel(Vertical):
 
     @staticmethod
     def argv_text(r: runs.RunRecord) -> Text:
-        argv = r.ltx_argv if isinstance(r.ltx_argv, (tuple, list)) else ()
+        argv = r.ltx_argv
         if not argv:
             return Text("")
         return Text(f"LTX-2 ran: {shlex.join(str(a) for a in argv)}", style="dim")
