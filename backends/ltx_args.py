@@ -3,16 +3,17 @@
 Flags carry the profile's values; an option the plan cannot run here is left out with the
 reason, options LTX-2 has no flag for are listed as comments, and so are the plan's fallbacks
 and warnings (several say what LTX-2's own pipeline would do differently from ltx-tui's
-runtime). Nothing is dropped silently.
+runtime). Nothing is dropped silently. Text from paths, files or NVML reaches the script only
+in comments, with control characters escaped (a newline in a file name cannot start a command),
+or as a quoted shell word.
 """
 
 from __future__ import annotations
 
-import shlex
-
 from backends.config.options import Compile, OffloadMode, Quantization, show_value
 from backends.config.plan import Plan
 from backends.config.rules import LTX2_QUANT_FLAGS, Status
+from backends.machine.text import printable, shell_word
 
 PIPELINE = "ltx_pipelines.distilled"
 NO_FLAG = ("diffvae.na_backend", "diffvae.natten_kernel", "transformer.attention", "transformer.quantization_scope",
@@ -71,16 +72,16 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
               if d.status in (Status.FALLBACK, Status.WARNING) and d.message]
     module = f"{PIPELINE}_mgpu" if multi else PIPELINE
     family = "*_mgpu module" if multi else "pipeline module"
-    lines = [f"# ltx-pipelines v1.2.0 equivalent of {label} (use your {family} in place of {module})"]
+    lines = [f"# ltx-pipelines v1.2.0 equivalent of {printable(label)} (use your {family} in place of {module})"]
     lines += env
     lines.append(f"python -m {module}" + (" \\" if flags else ""))
     lines += [f"    {f}" + (" \\" if i < len(flags) - 1 else "") for i, f in enumerate(flags)]
-    lines += [f"# {n}" for n in notes]
+    lines += [f"# {printable(n)}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
 def run_command(profile_path: str, module: str = PIPELINE) -> str:
     """The `ltx-tui run` command line that runs LTX-2's `module` with the profile applied to every
     model it builds (the module's own arguments follow `--`)."""
-    return (f"ltx-tui run --profile {shlex.quote(profile_path)} -- {module}  "
+    return (f"ltx-tui run --profile {shell_word(profile_path)} -- {module}  "
             f"# then the module's own arguments (checkpoints, prompt, ...), not the flags the profile sets\n")

@@ -14,6 +14,8 @@ import sys
 from typing import Any, TextIO
 
 from backends.machine import capability as capmod
+from backends.machine import textfile
+from backends.machine.text import printable
 from backends.machine.presets import load_capability
 from backends.machine.tuned import load_tuned
 from backends.config import profile as profmod
@@ -84,7 +86,7 @@ def package_line(p: capmod.Package, natten: dict | None = None) -> str:
 def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str], decisions: list[Decision],
                 colour: bool) -> str:
     paint = _colour(colour)
-    out = [f"ltx-tui --check   capability: {cap.source}   profile: {profile_label}", "", "GPUs"]
+    out = [f"ltx-tui --check   capability: {cap.source}   profile: {printable(profile_label)}", "", "GPUs"]
     if cap.gpus:
         out += ["  " + gpu_line(g) for g in cap.gpus]
         if cap.nvml.ordinal_match:
@@ -183,7 +185,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
         return EXIT_USAGE
 
     def usage_error(kind: str, message: str) -> int:
-        print(f"ltx-tui: {kind} error: {message}", file=stderr)
+        print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         return EXIT_USAGE
 
     loaded = _load(profile_path, capability, usage_error)
@@ -224,12 +226,14 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
 
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
               smoke: bool = False, ltx: bool = False, timeout: float = 120.0, output: str | None = None,
-              run: RunShapes | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Validate a profile against a capability and report. Returns the exit code."""
+              force: bool = False, run: RunShapes | None = None, stdout: TextIO | None = None,
+              stderr: TextIO | None = None) -> int:
+    """Validate a profile against a capability and report. Returns the exit code. `output`: where
+    the LTX-2 command line goes (`textfile.write_atomically`; an existing file only with `force`)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
     def usage_error(kind: str, message: str) -> int:
-        print(f"ltx-tui: {kind} error: {message}", file=stderr)
+        print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         if as_json:
             print(_error_json(kind, message), file=stdout)
         return EXIT_USAGE
@@ -250,12 +254,14 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             print(w, file=stderr)
         if output:
             try:
-                from pathlib import Path
-
-                profmod.write_atomically(Path(output), ltx_args(plan, label).encode("utf-8"), overwrite=True)
+                textfile.write_atomically(output, ltx_args(plan, label).encode("utf-8"), overwrite=force)
+            except textfile.OutputExists:
+                return usage_error("output", f"{output} exists; pass --force to replace it")
+            except textfile.OutputError as e:
+                return usage_error("output", str(e))
             except OSError as e:
                 return usage_error("output", f"{output}: cannot write ({e.strerror or e})")
-            print(f"ltx-tui: wrote the LTX-2 command line to {output}", file=stderr)
+            print(f"ltx-tui: wrote the LTX-2 command line to {printable(output)}", file=stderr)
         else:
             stdout.write(ltx_args(plan, label))
         return code

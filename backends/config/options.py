@@ -14,7 +14,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.machine.capability import MAX_GPUS
+from backends.machine.text import printable
+
 SCHEMA_VERSION = 1
+MAX_SHOWN = 60  # a value quoted in a message is cut to this many characters
 
 
 class _Choice(str, enum.Enum):
@@ -295,7 +299,7 @@ class OptionSpec:
         if self.kind is Kind.BOOL:
             return "true or false"
         if self.kind is Kind.DEVICES:
-            return "a list of distinct CUDA ordinals (integers >= 0), e.g. [0, 1]"
+            return f"a list of distinct CUDA ordinals (integers from 0 to {MAX_GPUS - 1}), e.g. [0, 1]"
         kind = "an integer" if self.kind is Kind.INT else "a number"
         lo = "" if self.minimum is None else (">" if self.exclusive_minimum else ">=") + f" {self.minimum:g}"
         hi = "" if self.maximum is None else f"<= {self.maximum:g}"
@@ -307,7 +311,8 @@ class OptionSpec:
             raise InvalidValue(self.key, problem, hint)
 
         raw = value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
-        shown = "a table" if isinstance(value, dict) else json.dumps(raw, ensure_ascii=False, default=str)
+        shown = "a table" if isinstance(value, dict) else printable(json.dumps(raw, ensure_ascii=False, default=str))
+        shown = shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 3] + "..."
         if self.kind is Kind.CHOICE:
             if isinstance(value, self.choices):
                 return value
@@ -332,6 +337,9 @@ class OptionSpec:
                 bad(f"expected {self.allowed()}, found {shown}")
             if any(d < 0 for d in value):
                 bad(f"negative CUDA ordinal in {shown}; expected {self.allowed()}")
+            if any(d >= MAX_GPUS for d in value):
+                bad(f"CUDA ordinal {max(value)} is out of range; expected {self.allowed()}",
+                    f"a capability describes at most {MAX_GPUS} GPUs")
             if len(set(value)) != len(value):
                 bad(f"duplicate CUDA ordinal in {shown}; each GPU may appear once")
             if not value:
@@ -403,14 +411,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in.",
             rules=("cuda.device", "offload.quantization", "parallel.ignores-quant-offload"), runtime=_OFFLOAD,
             flag="--offload MODE"),
-    OptionSpec("offload.gpu_slots", Kind.INT, "GPU buffers that hold streamed blocks.", minimum=1, runtime=_OFFLOAD),
-    OptionSpec("offload.prefetch", Kind.INT, "Blocks fetched ahead of compute.", minimum=0, runtime=_OFFLOAD),
+    OptionSpec("offload.gpu_slots", Kind.INT, "GPU buffers that hold streamed blocks (1 to 64; LTX-2's DiT has 48 "
+               "blocks, so from 48 slots every block stays resident).", minimum=1, maximum=64, runtime=_OFFLOAD),
+    OptionSpec("offload.prefetch", Kind.INT, "Blocks fetched ahead of compute (0 to 64; at most gpu_slots - 1 are "
+               "in flight).", minimum=0, maximum=64, runtime=_OFFLOAD),
     OptionSpec("memory.expandable_segments", Kind.BOOL, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
                runtime="sets PYTORCH_CUDA_ALLOC_CONF (apply_env, before CUDA initialises)",
                flag="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-    OptionSpec("memory.max_batch_size", Kind.INT, "Largest batch the pipeline runs at once.", minimum=1,
-               runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
-    OptionSpec("parallel.gpus", Kind.INT, "GPUs for sequence parallelism.", minimum=1,
+    OptionSpec("memory.max_batch_size", Kind.INT, "Largest batch the pipeline runs at once (1 to 64).", minimum=1,
+               maximum=64, runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
+    OptionSpec("parallel.gpus", Kind.INT, f"GPUs for sequence parallelism (1 to {MAX_GPUS}, the most a capability "
+               "describes).", minimum=1, maximum=MAX_GPUS,
                rules=("parallel.gpu-count", "parallel.heads", "parallel.linux", "parallel.nccl", "parallel.all2all"),
                runtime=_PIPELINE, flag="python -m ltx_pipelines.<module>_mgpu (with CUDA_VISIBLE_DEVICES)"),
     OptionSpec("parallel.devices", Kind.DEVICES, "CUDA ordinals to use (default: the first `gpus`).", optional=True,

@@ -16,8 +16,9 @@ from typing import Any
 import tomli_w
 
 from backends.machine import textfile
+from backends.machine.text import printable
 from backends.version import TOOL_VERSION
-from backends.machine.textfile import FileProblem, read_bounded
+from backends.machine.textfile import FileProblem, read_bounded, too_deep
 
 from backends.config.options import (
     OPTIONS,
@@ -32,6 +33,7 @@ from backends.config.options import (
 )
 
 MAX_BYTES = 1024 * 1024  # a profile is a few hundred bytes; anything past 1 MiB is not one
+MAX_NESTING = 16  # a profile nests [table] key = [array]: 2 levels
 GENERATED_KEYS = ("tool_version", "time", "capability_fingerprint", "capability_source")
 
 
@@ -43,7 +45,7 @@ class ProfileError(Exception):
         self.path, self.line, self.key, self.problem, self.hint = str(path), line, key, problem, hint
         where = self.path + (f":{line}" if line else "")
         text = f"{where}: " + (f"{key}: " if key else "") + problem
-        super().__init__(text + (f" ({hint})" if hint else ""))
+        super().__init__(printable(text + (f" ({hint})" if hint else "")))  # paths and keys may hold control characters
 
 
 class ProfileExistsError(FileExistsError):
@@ -56,7 +58,7 @@ class ProfileWarning:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: warning: {self.message}"
+        return printable(f"{self.path}: warning: {self.message}")
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -154,6 +156,8 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
         line = raw[: e.start].count(b"\n") + 1
         raise ProfileError(p, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", line=line,
                            hint="TOML files must be UTF-8; re-save the file as UTF-8") from None
+    nested = ProfileError(p, f"arrays or tables nested more than {MAX_NESTING} levels deep; not a profile",
+                          hint="a profile's values are strings, numbers, booleans and arrays of integers")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -163,6 +167,10 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
         line = int(m.group(1)) if m else getattr(e, "lineno", None)
         col = f", column {m.group(2)}" if m else ""
         raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise nested from None
+    if too_deep(data, MAX_NESTING):
+        raise nested
     return parse(data, p, text)
 
 
@@ -206,24 +214,19 @@ def generated_for(capability: Any = None, now: datetime.datetime | None = None) 
     )
 
 
-def write_atomically(path: Path, data: bytes, *, overwrite: bool) -> None:
-    """`textfile.write_atomically`, with ProfileExistsError for a path that exists."""
-    try:
-        textfile.write_atomically(path, data, overwrite=overwrite)
-    except FileExistsError:
-        raise ProfileExistsError(f"{path}: already exists; pass overwrite=True to replace it") from None
-
-
 def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, overwrite: bool = False,
-         now: datetime.datetime | None = None) -> Path:
-    """Write `profile` atomically: a complete file or none. Refuses to replace a file unless `overwrite`."""
+         wait: bool = True, now: datetime.datetime | None = None) -> Path:
+    """Write `profile` with `textfile.write_atomically`: a regular file complete or not at all,
+    replaced only with `overwrite` (ProfileExistsError otherwise), keeping its mode; a symlink's
+    target; a device or FIFO written through (`wait`: for the FIFO's reader)."""
     p = Path(path)
     generated = generated_for(capability, now)
     body = dumps(profile, generated).encode("utf-8")
     if p.is_dir():
         raise IsADirectoryError(f"{p}: is a directory; give a file name such as {p / 'ltx-profile.toml'}")
-    if not overwrite and p.exists():
-        raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it")
     p.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(p, body, overwrite=overwrite)
+    try:
+        textfile.write_atomically(p, body, overwrite=overwrite, wait=wait)
+    except textfile.OutputExists:
+        raise ProfileExistsError(f"{p}: already exists; pass overwrite=True to replace it") from None
     return p

@@ -4,6 +4,7 @@
 packages); `from_dict` reads the capability block of a `--check --json` output. Presets
 and `load_capability` live in `backends.machine.presets`.
 A missing driver, NVML, CUDA or package gives a value that says why, never an exception.
+Strings from NVML, torch and files hold no control characters (`text.printable`: shown escaped).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from backends.machine import nvml as nvml_mod
+from backends.machine.text import printable
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,9 @@ class Capability:
 class CapabilityError(Exception):
     """A capability id or file that cannot be used; the message says what and how to fix."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))  # it names paths and keys from the file
+
 
 MAX_GPUS = 64  # the most GPUs a capability (preset or file) may describe
 
@@ -243,7 +248,7 @@ def _probe_torch(nvml_gpu_count: int | None) -> tuple[TorchInfo, list[dict[str, 
         uuid = str(getattr(p, "uuid", "") or "") or None
         if uuid and not uuid.startswith(("GPU-", "MIG-")):
             uuid = "GPU-" + uuid
-        devices.append({"index": i, "name": p.name, "cc": (p.major, p.minor),
+        devices.append({"index": i, "name": printable(p.name), "cc": (p.major, p.minor),
                         "memory_total": int(p.total_memory), "uuid": uuid})
     return TorchInfo(**base, cuda_available=True, device_count=count), devices
 
@@ -380,6 +385,18 @@ _FIELDS: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 _NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "an array",
           dict: "an object"}
+_INT_LIMIT = 2**63  # NVML's counters are 64-bit; a bigger number is not a reading (and overflows a float)
+
+
+def _printable(value: Any) -> Any:
+    """A JSON value with its strings (keys too) made printable; nesting is bounded by the file reader."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, Mapping):
+        return {printable(str(k)): _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _shown(value: Any) -> str:
@@ -394,6 +411,10 @@ class _Reader:
     def fail(self, path: str, problem: str) -> CapabilityError:
         return CapabilityError(f"{self.source}: {path}: {problem}")
 
+    def ignored(self, path: str, extra: list[str]) -> None:
+        self.warnings.append(printable(f"{self.source}: {path}: ignored unknown field(s) {', '.join(extra)} "
+                                       "(written by a newer ltx-tui?)"))
+
     def obj(self, cls: type, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise self.fail(path, f"expected an object, found {_shown(value)}")
@@ -404,8 +425,7 @@ class _Reader:
             raise self.fail(f"{path}.{name}", "missing")
         extra = sorted(set(value) - set(fields))
         if extra:
-            self.warnings.append(f"{self.source}: {path}: ignored unknown field(s) {', '.join(extra)} "
-                                 "(written by a newer ltx-tui?)")
+            self.ignored(path, extra)
         out = {}
         for name, (types, nullable) in fields.items():
             if name not in value:
@@ -419,7 +439,9 @@ class _Reader:
                 raise self.fail(where, f"expected {_NAMES[types[0]]}, found {_shown(v)}")
             elif types is _INT and v < 0:
                 raise self.fail(where, f"expected a non-negative integer, found {v}")
-            out[name] = v
+            elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _INT_LIMIT:
+                raise self.fail(where, f"expected an integer below 2**63, found {_shown(v)}")
+            out[name] = _printable(v)
         if cls is GPU:
             cc = out.get("compute_capability")
             if cc is not None:
@@ -441,6 +463,7 @@ def from_dict(data: Mapping[str, Any], source: str, warnings: list[str] | None =
 
     Unknown fields (from a newer ltx-tui) are ignored with a warning appended to `warnings`.
     """
+    source = printable(source)
     r = _Reader(source, [] if warnings is None else warnings)
     path = "$"
     if "capability" in data:
@@ -455,12 +478,14 @@ def from_dict(data: Mapping[str, Any], source: str, warnings: list[str] | None =
     if len(data["gpus"]) > MAX_GPUS:
         raise r.fail(f"{path}.gpus", f"{len(data['gpus'])} GPUs; at most {MAX_GPUS} are supported")
     gpus = tuple(r.obj(GPU, g, f"{path}.gpus[{i}]") for i, g in enumerate(data["gpus"]))
-    packages = {n: r.obj(Package, p, f"{path}.packages.{n}")
+    packages = {printable(n): r.obj(Package, p, f"{path}.packages.{n}")
                 for n, p in r.mapping(data["packages"], f"{path}.packages").items()}
-    sdpa = {n: r.obj(Availability, a, f"{path}.sdpa.{n}") for n, a in r.mapping(data["sdpa"], f"{path}.sdpa").items()}
+    sdpa = {printable(n): r.obj(Availability, a, f"{path}.sdpa.{n}")
+            for n, a in r.mapping(data["sdpa"], f"{path}.sdpa").items()}
     known = {"source", "platform", "nvml", "torch", "gpus", "packages", "sdpa"}
     extra = sorted(set(data) - known)
     if extra:
-        r.warnings.append(f"{source}: {path}: ignored unknown field(s) {', '.join(extra)} (written by a newer ltx-tui?)")
-    return Capability(source=source, platform=data["platform"], nvml=r.obj(NvmlInfo, data["nvml"], f"{path}.nvml"),
+        r.ignored(path, extra)
+    return Capability(source=source, platform=printable(data["platform"]),
+                      nvml=r.obj(NvmlInfo, data["nvml"], f"{path}.nvml"),
                       torch=r.obj(TorchInfo, data["torch"], f"{path}.torch"), gpus=gpus, packages=packages, sdpa=sdpa)

@@ -15,9 +15,12 @@ import threading
 import time
 from typing import Any, Callable
 
+from backends.machine.text import printable
+
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A string NVML returned, with control characters shown escaped (a GPU name reaches the terminal)."""
+    return printable(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
 
 
 def describe_error(err: BaseException) -> str:
@@ -31,7 +34,7 @@ def describe_error(err: BaseException) -> str:
         return "no permission to query NVML"
     if "NotSupported" in name:
         return "not supported by this GPU"
-    return f"{name}: {err}" if str(err) else name
+    return printable(f"{name}: {err}") if str(err) else name
 
 
 class NvmlSession:

@@ -25,9 +25,10 @@ from backends.machine.capability import (
     TorchInfo,
     from_dict,
 )
-from backends.machine.textfile import FileProblem, read_bounded
+from backends.machine.textfile import FileProblem, read_bounded, too_deep
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a --check --json output is tens of KiB
+MAX_NESTING = 32  # a --check --json output nests about 6 levels
 
 GIB = 1024**3
 
@@ -126,10 +127,16 @@ def load_capability(spec: str, warnings: list[str] | None = None) -> Capability:
         raise CapabilityError(f"{spec}: {e}; {fix}") from None
     except UnicodeDecodeError as e:
         raise CapabilityError(f"{spec}: not UTF-8 text ({e.reason} at byte {e.start}); {fix}") from None
+    nested = CapabilityError(f"{spec}: arrays or objects nested more than {MAX_NESTING} levels deep; "
+                             f"not a capability file; {fix}")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise CapabilityError(f"{spec}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
+    except RecursionError:  # json recurses once per nested array or object
+        raise nested from None
+    if too_deep(data, MAX_NESTING):
+        raise nested
     if not isinstance(data, Mapping):
         raise CapabilityError(f"{spec}: expected a JSON object, found {type(data).__name__}; {fix}")
     return from_dict(data, f"file:{spec}", warnings)

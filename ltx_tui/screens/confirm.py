@@ -1,7 +1,8 @@
-"""A yes/no question."""
+"""A yes/no question, shown literally (a path like `/tmp/x[/]y.toml` is text, never markup)."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -18,10 +19,10 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="question")
+            yield Label(Text(self.question), classes="question")
             with Horizontal(classes="buttons"):
-                yield Button(f"{self.yes} (y)", variant="error", id="yes")
-                yield Button(f"{self.no} (n)", variant="primary", id="no")
+                yield Button(Text(f"{self.yes} (y)"), variant="error", id="yes")
+                yield Button(Text(f"{self.no} (n)"), variant="primary", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()

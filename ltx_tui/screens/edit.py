@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from backends.config.options import Kind, OptionSpec
+from backends.config.options import MAX_SHOWN, Kind, OptionSpec
 from backends.config.rules import Status
 from backends.config.options import show_value
 from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, typed_choice
@@ -71,19 +71,20 @@ class ChoiceScreen(ModalScreen[Any]):
 
 
 def parse_value(spec: OptionSpec, text: str) -> Any:
-    """The typed value of `text` for a numeric or device-list option; ValueError says what is wrong."""
+    """The typed value of `text` for a numeric or device-list option, checked against the option's
+    range; ValueError says what is wrong (quoting at most MAX_SHOWN characters of the text)."""
     text = text.strip()
-    if spec.kind is Kind.DEVICES:
-        items = [t.strip() for t in text.strip("[]").split(",") if t.strip()]
-        if not items:
-            return None
-        if not all(t.isdigit() for t in items):
-            raise ValueError(f"expected {spec.allowed()}")
-        return spec.convert([int(t) for t in items])
     try:
-        value = int(text) if spec.kind is Kind.INT else float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not {spec.allowed()}") from None
+        if spec.kind is Kind.DEVICES:
+            items = [t.strip() for t in text.strip("[]").split(",") if t.strip()]
+            if not items:
+                return None
+            value: Any = [int(t) for t in items]
+        else:
+            value = int(text) if spec.kind is Kind.INT else float(text)
+    except ValueError:  # not a number, or more digits than int() converts (4300)
+        shown = repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "...")
+        raise ValueError(f"{shown} is not {spec.allowed()}") from None
     return spec.convert(value)
 
 

@@ -1,5 +1,9 @@
 """Export: path prompt, overwrite confirmation, atomic write, then the command lines.
 
+The path is written as `textfile.write_atomically` writes (a symlink's target, a file's mode
+kept, a device or a FIFO written to; a FIFO nobody reads is an error, never a frozen app); an
+existing file is replaced only after a yes. Paths are shown literally, control characters escaped.
+
 Two command lines, for the written profile (the default path until one is written): the
 `ltx-tui run` line that runs an LTX-2 pipeline with the profile applied (and records the run in
 the ledger), and the equivalent LTX-2 command line. Each stays in one piece: a read-only,
@@ -25,6 +29,8 @@ from backends.config.plan import resolve
 from backends.config.profile import save
 from backends.ltx_args import ltx_args, run_command
 from backends.machine.capability import Capability
+from backends.machine.text import printable
+from backends.machine.textfile import OutputExists, check_output
 from ltx_tui.screens.confirm import ConfirmScreen
 
 WAITING = "# the LTX-2 command line appears here once the capability probe has finished"
@@ -78,25 +84,28 @@ class ExportScreen(ModalScreen[Path | None]):
         if not path.name:
             self._say("give a file name", "red")
             return
-        if path.is_dir():
-            self._say(f"{path} is a directory; add a file name such as ltx-profile.toml", "red")
-            return
-        if path.exists():
+        try:
+            check_output(path, overwrite=False)
+        except OutputExists:
             def answered(yes: bool | None) -> None:
                 if yes:
                     self._write(path, overwrite=True)
-            self.app.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?", "Overwrite", "Keep"), answered)
-        else:
-            self._write(path, overwrite=False)
+            self.app.push_screen(ConfirmScreen(f"{printable(str(path))} exists. Overwrite it?", "Overwrite", "Keep"),
+                                 answered)
+            return
+        except OSError as e:  # a directory, a socket, a path that cannot be looked at
+            self._say(f"not written: {printable(str(e))}", "red")
+            return
+        self._write(path, overwrite=False)
 
     def _write(self, path: Path, overwrite: bool) -> None:
         try:
-            save(self.profile, path, capability=self.capability, overwrite=overwrite)
+            save(self.profile, path, capability=self.capability, overwrite=overwrite, wait=False)
         except OSError as e:
-            self._say(f"not written: {e}", "red")
+            self._say(f"not written: {printable(str(e))}", "red")
             return
         self.written = path
-        self._say(f"wrote {path}; ctrl+r and ctrl+y copy the lines below", "green")
+        self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
         self.query_one("#run-command", TextArea).load_text(run_command(str(path)).rstrip("\n"))
         self.query_one("#ltx-args", TextArea).load_text(self._command(str(path)))
         self.query_one("#close", Button).focus()

@@ -1,0 +1,115 @@
+"""Issue 19, item 2: every dialog shows paths, values and messages literally: text like `[/]`,
+`[h100]` or `[red]` is never markup (a MarkupError crashed the app, `[h100]` vanished), and
+control characters are shown escaped. Each screen of ltx_tui/screens is checked on screen."""
+
+import html
+import re
+from pathlib import Path
+
+from textual.widgets import Input, TextArea
+
+from backends.config.options import OPTIONS_BY_KEY
+from backends.config.rules import Status
+from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.edit import ChoiceScreen, ValueScreen
+from ltx_tui.screens.export import ExportScreen
+from ltx_tui.screens.help import HelpScreen
+from test_app import edit, make_app
+
+SIZE = (200, 50)  # wide enough that no tested line wraps
+
+
+def on_screen(app) -> str:
+    """The terminal's text, row by row, as the app drew it."""
+    rows: dict[float, list[str]] = {}
+    for y, body in re.findall(r'<text[^>]*\by="([\d.]+)"[^>]*>(.*?)</text>', app.export_screenshot(), re.S):
+        rows.setdefault(float(y), []).append(html.unescape(re.sub("<[^>]+>", "", body)))
+    return "\n".join("".join(parts) for _, parts in sorted(rows.items())).replace("\xa0", " ")
+
+
+async def test_confirm_shows_the_question_and_answers_literally():
+    app = make_app()
+    answers = []
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(ConfirmScreen("/tmp/x[/]y [h100].toml exists. Overwrite it?", "[b]Over[/]write", "Keep [red]"),
+                        answers.append)
+        await pilot.pause()
+        text = on_screen(app)
+        assert "/tmp/x[/]y [h100].toml exists. Overwrite it?" in text
+        assert "[b]Over[/]write (y)" in text and "Keep [red] (n)" in text
+        await pilot.press("y")
+        await pilot.pause()
+        assert answers == [True] and app.is_running
+
+
+async def test_export_over_an_existing_bracketed_path_asks_literally_and_writes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short relative path: the question fits on one line of the dialog
+    path = Path("x[") / "]y [h100].toml"  # the path holds "[/]" and "[h100]"
+    path.parent.mkdir()
+    path.write_text("keep")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert f"{path} exists. Overwrite it?" in on_screen(app)
+        await pilot.press("y")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportScreen) and "schema_version" in path.read_text()
+        assert f"wrote {path}; ctrl+r and ctrl+y copy the lines below" in on_screen(app)
+
+
+async def test_export_shows_control_characters_escaped_and_the_run_line_in_one_piece(tmp_path):
+    path = tmp_path / "a\nb\x1b[2J.toml"
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert path.exists()
+        shown = str(path).replace("\n", "\\n").replace("\x1b", "\\x1b")
+        assert f"wrote {shown};" in on_screen(app)
+        run_line = app.screen.query_one("#run-command", TextArea).text
+        assert "\n" not in run_line and "\x1b" not in run_line and f"--profile $'{shown}'" in run_line
+        assert "\x1b" not in app.screen.query_one("#ltx-args", TextArea).text
+
+
+async def test_the_chooser_shows_reasons_literally():
+    app = make_app()
+    spec = OPTIONS_BY_KEY["transformer.sparse_attention"]
+    marks = {"sla": (Status.ERROR, "needs [red]turbo[/] from /opt/x[/]y (package reason from a capability file)")}
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(ChoiceScreen(spec, "none", marks))
+        await pilot.pause()
+        assert "needs [red]turbo[/] from /opt/x[/]y" in on_screen(app)
+
+
+async def test_the_value_editor_shows_typed_text_literally():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await edit(pilot, "parallel.gpus")
+        assert isinstance(app.screen, ValueScreen)
+        app.screen.query_one("#value", Input).value = "[red]x[/]"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "not applied: '[red]x[/]' is not an integer >= 1 and <= 64" in on_screen(app)
+
+
+async def test_help_shows_keys_and_actions_literally():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(HelpScreen([("[b]k[/]", "quit [red]now[/] at /tmp/x[/]y")]))
+        await pilot.pause()
+        text = on_screen(app)
+        assert "[b]k[/]" in text and "quit [red]now[/] at /tmp/x[/]y" in text
