@@ -1,17 +1,20 @@
-"""The ltx-tui Textual app: GPUs, backends, options with validation, smoke test, tune, export,
-and the ledger of `ltx-tui run`.
+"""The ltx-tui Textual app: GPUs, backends, options with validation, the run's plan, smoke test,
+tune, export, and the ledger of `ltx-tui run`.
 
 Slow work never runs on the UI thread: NVML is read by a thread worker that never
 overlaps itself, the capability probe (torch, CUDA) runs in a subprocess after the first
 frame (the UI process never creates a CUDA context), and smoke checks run in subprocesses
 from a thread worker. Text from users and files is shown literally, never as markup.
+Quitting (q, ctrl+c, ctrl+q, the palette's Quit) or a SIGTERM/SIGHUP/SIGINT cancels the smoke
+run and the tune and kills their workers' process groups first, so the app exits at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import subprocess
+import signal
 import sys
 import threading
 import time
@@ -35,6 +38,7 @@ from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import plan_memory
 from backends.config.rules import Decision, Status, summarize
 from backends.machine.tuned import Candidate, Tuned, load_tuned
+from backends.machine.worker import kill_all, run_worker
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.check import free_bytes
 from ltx_tui.screens.confirm import ConfirmScreen
@@ -45,7 +49,7 @@ from ltx_tui.widgets.backends_panel import BackendsPanel
 from ltx_tui.widgets.gpu_panel import GpuPanel
 from ltx_tui.widgets.memory_bars import MemoryBars
 from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
-from ltx_tui.widgets.resolution import ResolutionView
+from ltx_tui.widgets.resolution import ResolutionView, RunShapeForm
 from ltx_tui.widgets.runs_panel import RunsPanel
 from ltx_tui.widgets.smoke_panel import SmokePanel
 from ltx_tui.widgets.tune_panel import TunePanel
@@ -59,12 +63,10 @@ _PROBE_CODE = ("import json, sys; from backends.machine.capability import probe;
 
 def probe_in_subprocess() -> capmod.Capability:
     """The live capability, probed by a fresh interpreter (torch and CUDA stay out of the UI
-    process); raises RuntimeError with the reason when the probe fails."""
-    try:
-        done = subprocess.run([sys.executable, "-c", _PROBE_CODE], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"the capability probe gave no answer within {PROBE_TIMEOUT_S:g} s") from None
+    process; a worker, so quitting kills it); raises RuntimeError with the reason when it fails."""
+    done = run_worker([sys.executable, "-c", _PROBE_CODE], PROBE_TIMEOUT_S)
+    if done.status == "timeout":
+        raise RuntimeError(f"the capability probe gave no answer within {PROBE_TIMEOUT_S:g} s")
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"the capability probe exited {done.returncode}: {tail[0]}")
@@ -84,13 +86,7 @@ def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult
 # tuner(profile, capability, shapes, on_event, cancel) -> what it measured (and cached)
 Tuner = Callable[[Profile, capmod.Capability, RunShapes, Callable[[int, int, Candidate | None], None],
                   threading.Event], Tuned]
-TUNE_SHAPES = RunShapes(768, 512, 121)
-
-
-def default_tuner(profile, cap, shapes, on_event, cancel) -> Tuned:
-    from backends.tune.run import tune
-
-    return tune(profile, cap, shapes, on_event=on_event, cancel=cancel)
+DEFAULT_RUN = RunShapes(768, 512, 121)  # the run the memory plan and the tune use until the Plan tab changes it
 
 
 def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str, tuple[Status, str]]:
@@ -114,7 +110,8 @@ class LtxTuiApp(App):
         Binding("c", "cancel", "Cancel"),
         Binding("e", "export", "Export"),
         Binding("o", "tab('options')", "Options", show=False),
-        Binding("r", "tab('resolution')", "Resolution", show=False),
+        Binding("r", "tab('resolution')", "Plan tab (run shape, resolved options)", show=False),
+        Binding("w", "run_shape", "Run shape: WxH, frames, batch", show=False),
         Binding("t", "tab('smoke')", "Smoke tab", show=False),
         Binding("n", "tab('tune')", "Tune tab", show=False),
         Binding("l", "tab('runs')", "Runs tab", show=False),
@@ -123,6 +120,7 @@ class LtxTuiApp(App):
         Binding("p", "retry_probe", "Probe again", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit (in a text field: copy)", show=False),
         Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
     ]
 
@@ -130,11 +128,14 @@ class LtxTuiApp(App):
                  nvml_module: Any = None, smoke_runner: SmokeRunner | None = None,
                  env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
                  smoke_capability: capmod.Capability | None = None,
-                 prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner = default_tuner,
-                 ledger: Path | None = None) -> None:
+                 prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner | None = None,
+                 ledger: Path | None = None, handle_signals: bool = False) -> None:
         super().__init__()
         self.ledger_path = ledger  # the run ledger of the Runs tab (None: the user data directory's)
-        self.tuner = tuner
+        self.tuner = tuner or self._tune_here
+        self.handle_signals = handle_signals  # SIGTERM, SIGHUP, SIGINT quit as q does (the console app)
+        self._saved_handlers: dict[int, Any] = {}
+        self.run_shapes = DEFAULT_RUN
         self.tuned: Tuned | None = None  # this machine's --tune measurements: `auto` follows them
         self.prober = prober
         self.profile_path = profile_path
@@ -148,6 +149,7 @@ class LtxTuiApp(App):
         self.problems: list[str] = []
         self.profile = Profile()
         self.dirty = False
+        self.new_file = False  # --profile names a file that does not exist yet: the export creates it
         if profile_path:
             try:
                 self.profile, warnings = profmod.read(profile_path)
@@ -156,6 +158,8 @@ class LtxTuiApp(App):
                 if Path(profile_path).exists() or Path(profile_path).is_dir():
                     self.problems.append(f"Could not load the profile: {e}. Editing the default profile; "
                                          "exporting asks before replacing the file.")
+                else:
+                    self.new_file = True
         self.capability: capmod.Capability | None = None
         if isinstance(capability, capmod.Capability):
             self.capability = capability
@@ -170,6 +174,8 @@ class LtxTuiApp(App):
         self._smoke_cancel: threading.Event | None = None
         self._tune_cancel: threading.Event | None = None
         self._first_frame = self._gpus_shown = self._probing = False
+        self._quit_question: ConfirmScreen | None = None
+        self._focus_in_tab: str | None = None  # what the next opened tab focuses instead of its main widget
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -183,12 +189,12 @@ class LtxTuiApp(App):
                 with TabPane("Options", id="options"):
                     yield OptionsList(self.profile, id="options-list")
                     yield MemoryBars(id="memory-bars")
-                with TabPane("Resolution", id="resolution"):
-                    yield ResolutionView(id="resolution-view")
+                with TabPane("Plan", id="resolution"):
+                    yield ResolutionView(self.run_shapes, id="resolution-view")
                 with TabPane("Smoke", id="smoke"):
                     yield SmokePanel(id="smoke-panel")
                 with TabPane("Tune", id="tune"):
-                    yield TunePanel(id="tune-panel")
+                    yield TunePanel(self.run_shapes.label, id="tune-panel")
                 with TabPane("Runs", id="runs"):
                     yield RunsPanel(self.ledger_path, id="runs-panel")
                 with TabPane("GPU/Backends", id="system"):
@@ -198,6 +204,14 @@ class LtxTuiApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.handle_signals:  # a signal quits like q: the workers are killed first
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                self._saved_handlers[signum] = signal.getsignal(signum)
+                loop.add_signal_handler(signum, self._signalled, signum)
+        if self.new_file:
+            self.notify(f"{self.profile_path} does not exist yet: editing the default profile; export (e) creates "
+                        "it there", title="New profile", markup=False, timeout=10)
         self._update_title()
         for panel in self.query(BackendsPanel):
             panel.show(self.capability)
@@ -221,7 +235,8 @@ class LtxTuiApp(App):
 
     def _update_title(self) -> None:
         """The summary first, so a narrow terminal cuts the path, not the error count."""
-        where = self.profile_path or "default profile (unsaved)"
+        where = (f"{self.profile_path} (new file)" if self.new_file else self.profile_path) or \
+            "default profile (unsaved)"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
 
@@ -310,8 +325,8 @@ class LtxTuiApp(App):
             return
         self.decisions = resolve(self.profile, self.capability, self._tuned_here())
         self.query_one(OptionsList).show(self.profile, self.decisions)
-        self.query_one(MemoryBars).show(plan_memory(self.profile, TUNE_SHAPES, free_bytes(self.capability,
-                                                                                          self.profile)))
+        self.query_one(MemoryBars).show(plan_memory(self.profile, self.run_shapes, free_bytes(self.capability,
+                                                                                               self.profile)))
         self.query_one(ResolutionView).show(self.decisions)
         self._update_title()
 
@@ -368,8 +383,9 @@ class LtxTuiApp(App):
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """Focus follows the tab: its main widget takes the keys (arrows, enter) at once."""
         pane = event.pane.id
-        if pane in self.FOCUS:
-            self.query_one(self.FOCUS[pane]).focus()
+        target, self._focus_in_tab = self._focus_in_tab or self.FOCUS.get(pane), None
+        if target:
+            self.query_one(target).focus()
         if pane == "runs":  # the ledger as it is now (read in a thread)
             self.query_one(RunsPanel).reload()
 
@@ -390,6 +406,10 @@ class LtxTuiApp(App):
             return
         self.action_tab("smoke")
         self._smoke_cancel = threading.Event()
+        probing = self.smoke_capability is None and not (self.capability is not None and
+                                                         self.capability.source == "live")
+        self.query_one(SmokePanel).preparing("probing this machine (torch, CUDA) to plan the checks…" if probing
+                                             else "planning the checks…")
         self._run_smoke(self.profile, self._smoke_cancel)
 
     def action_cancel(self) -> None:
@@ -408,22 +428,37 @@ class LtxTuiApp(App):
             return
         self.action_tab("tune")
         self._tune_cancel = threading.Event()
-        self.query_one(TunePanel).start(TUNE_SHAPES.label)
-        self._run_tune(self.profile, self._tune_cancel)
+        self.query_one(TunePanel).start(self.run_shapes.label)
+        self._run_tune(self.profile, self.run_shapes, self._tune_cancel)
 
     @work(thread=True, group="tune", exit_on_error=False)
-    def _run_tune(self, profile: Profile, cancel: threading.Event) -> None:
+    def _run_tune(self, profile: Profile, shapes: RunShapes, cancel: threading.Event) -> None:
+        from backends.tune.run import cpu_refusal, fits_cpu
+
         panel = self.query_one(TunePanel)
         try:
             here = self.capability is not None and self.capability.source == "live"
             cap = self.capability if here else self.prober()  # this machine, probed out of the UI process
-            tuned = self.tuner(profile, cap, TUNE_SHAPES, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
+            if not cap.cuda and not fits_cpu(shapes):
+                why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device")
+                self.call_from_thread(panel.failed, f"Not tuned: {why}. Set a smaller run in the Plan tab (w).")
+                return
+            tuned = self.tuner(profile, cap, shapes, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)
             self.call_from_thread(self._tuned_ready, tuned, here)
         except Exception as e:
             self.call_from_thread(panel.failed, f"Tune failed: {type(e).__name__}: {e}")
         finally:
             self._tune_cancel = None
+
+    def _tune_here(self, profile: Profile, cap: capmod.Capability, shapes: RunShapes,
+                   on_event: Callable[[int, int, Candidate | None], None], cancel: threading.Event) -> Tuned:
+        """The tuner: `ltx-tui --tune`'s, its wait for another tune shown in the Tune tab."""
+        from backends.tune.run import tune
+
+        panel = self.query_one(TunePanel)
+        return tune(profile, cap, shapes, on_event=on_event, cancel=cancel,
+                    on_wait=lambda message: self.call_from_thread(panel.waiting, message))
 
     def _tuned_ready(self, tuned: Tuned, here: bool) -> None:
         self.tuned = tuned
@@ -457,23 +492,74 @@ class LtxTuiApp(App):
         def done(path: Path | None) -> None:
             if path is not None:
                 self.profile_path = str(path)
-                self.dirty = False
+                self.dirty = self.new_file = False
                 self._update_title()
                 self.notify(f"Profile written to {path}", title="Exported", markup=False)
         self.push_screen(ExportScreen(self.profile, self.capability, default), done)
 
+    # --- the run's shapes --------------------------------------------------------------------
+    @on(RunShapeForm.Changed)
+    def _run_shapes_changed(self, event: RunShapeForm.Changed) -> None:
+        if event.shapes != self.run_shapes:
+            self.run_shapes = event.shapes
+            self.query_one(TunePanel).idle(self.run_shapes.label)
+            self._resolve()
+
+    def action_run_shape(self) -> None:
+        """w: the Plan tab, in the run's width x height."""
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == "resolution":
+            self.query_one("#run-resolution").focus()
+        else:  # focused once the tab is open
+            self._focus_in_tab = "#run-resolution"
+            tabs.active = "resolution"
+
+    # --- quitting -----------------------------------------------------------------------------
+    def _stop_work(self) -> None:
+        """Cancel the smoke run and the tune, and kill every worker's process group now (a probe's
+        too): their threads end at once, so the app exits at once and leaves nothing running."""
+        for event in (self._smoke_cancel, self._tune_cancel):
+            if event is not None:
+                event.set()
+        kill_all()
+
+    def _quit(self, return_code: int = 0, message: str | None = None) -> None:
+        self._stop_work()
+        self.exit(return_code=return_code, message=message)
+
     def action_quit_app(self) -> None:
-        if not self.dirty:
-            self.exit()
+        """q, ctrl+c, ctrl+q, the palette's Quit: asks first when there are unsaved changes (the same
+        key again at the question quits)."""
+        if not self.dirty or (self._quit_question is not None and self.screen is self._quit_question):
+            self._quit()
             return
 
         def answered(yes: bool | None) -> None:
+            self._quit_question = None
             if yes:
-                self.exit()
-        self.push_screen(ConfirmScreen("The profile has unsaved changes. Quit without exporting?", "Quit", "Stay"),
-                         answered)
+                self._quit()
+        self._quit_question = ConfirmScreen("The profile has unsaved changes. Quit without exporting? "
+                                            "(q again quits)", "Quit", "Stay")
+        self.push_screen(self._quit_question, answered)
+
+    async def action_quit(self) -> None:
+        """Textual's quit (the command palette's "Quit"): the same as q."""
+        self.action_quit_app()
+
+    def _signalled(self, signum: int) -> None:
+        """SIGTERM, SIGHUP (the terminal went away: nothing is printed), SIGINT: quit now, without asking."""
+        name = signal.Signals(signum).name
+        self._quit(128 + signum, None if signum == signal.SIGHUP else f"ltx-tui: stopped by {name}")
+
+    def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum, handler in self._saved_handlers.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
 
 
 def run(profile_path: str | None, capability: str | None, ledger: Path | None = None) -> int:
-    LtxTuiApp(profile_path, capability, ledger=ledger).run()
-    return 0
+    """The app on this terminal; its exit code (128 + the signal's number after a signal)."""
+    app = LtxTuiApp(profile_path, capability, ledger=ledger, handle_signals=True)
+    app.run()
+    return app.return_code or 0

@@ -22,15 +22,17 @@ exit codes (--check, --explain):
   1  some option cannot run here; with --strict also any fallback or warning;
      with --smoke also any smoke check that did not pass; with --resolution/--frames/--batch
      also a run whose predicted memory peak does not fit the GPU's free memory
-  2  usage error, or a profile / capability file that cannot be read
+  2  usage error, a profile / capability file that cannot be read, or an --output FILE that
+     cannot be written as asked (an existing file needs --force; never the --profile file)
   3  internal error (one line on stderr, the traceback in the log file it names)
   141  the output pipe was closed (e.g. `| head`); nothing more is written
+  130 / 143 / 129  ctrl-c / SIGTERM / SIGHUP (smoke workers are killed first)
 
 exit codes (--tune):
   0  tuned: at least one candidate measured (results cached for `auto`)
-  1  no candidate could be measured here
-  2  usage error, or a profile that cannot be read
-  3  internal error;  130  interrupted (the workers are killed)
+  1  no candidate could be measured here (without CUDA: a run larger than 256x224x17)
+  2  usage error, a profile that cannot be read, or an --output FILE that cannot be written
+  3  internal error;  130 / 143 / 129  ctrl-c / SIGTERM / SIGHUP (the workers are killed)
 """
 
 
@@ -48,6 +50,29 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return int(text)
+
+
+def _refuse_output(args: argparse.Namespace) -> bool:
+    """Say why `--output FILE` cannot be written as asked, before any work (the usage error, exit 2)."""
+    from backends.machine import textfile
+    from backends.machine.text import printable
+
+    out = args.output
+    try:
+        if args.profile and textfile.same_file(out, args.profile):
+            problem = (f"{out} is the input profile (--profile {args.profile}); it is never replaced, not even "
+                       "with --force: write the output to another file")
+        else:
+            textfile.check_output(out, overwrite=args.force)
+            return False
+    except textfile.OutputExists:
+        problem = f"{out} exists; pass --force to replace it"
+    except textfile.OutputError as e:
+        problem = str(e)
+    except OSError as e:
+        problem = f"{out}: cannot write ({e.strerror or e})"
+    print(f"ltx-tui: output error: {printable(problem)}", file=sys.stderr)
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,8 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
     parser.add_argument("--output", metavar="FILE",
-                        help="with --ltx-args: write the command line to FILE (replaced atomically) instead of "
-                        "stdout; with --tune: write the profile with the chosen values pinned")
+                        help="with --ltx-args: write the command line to FILE instead of stdout; with --tune: write "
+                        "the profile with the chosen values pinned. A new file is written whole (atomically); a "
+                        "symlink's target is written; a device or FIFO is written to (/dev/stdout prints); a "
+                        "directory or socket is refused; never the --profile file")
+    parser.add_argument("--force", action="store_true",
+                        help="with --output: replace FILE if it is an existing file (atomically, keeping its mode)")
     parser.add_argument("--explain", metavar="KEY",
                         help="what option KEY does: its values, rules with their verdict here, the runtime step, "
                         "the LTX-2 flag (with --profile / --capability)")
@@ -119,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")
+    if args.force and not args.output:
+        parser.error("--force goes with --output")
     tune_only = [f"--{n}" for n in ("budget", "options") if getattr(args, n) is not None] + \
         (["--fresh"] if args.fresh else [])
     if tune_only and not args.tune:
@@ -131,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
-                         "--options, --fresh, --json, --output)")
+                         "--options, --fresh, --json, --output, --force)")
+        if args.output and _refuse_output(args):
+            return 2
         from ltx_tui.tune import run_tune
 
         return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution or "768x512",
@@ -148,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         from ltx_tui.check import run_check
 
+        if args.output and _refuse_output(args):
+            return 2
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
                          strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
-                         output=args.output, run=_run_shapes(parser, args) if shape_flags else None)
+                         output=args.output, force=args.force, run=_run_shapes(parser, args) if shape_flags else None)
     if args.json or args.strict or args.smoke or args.ltx_args:
         parser.error("--json, --strict, --smoke and --ltx-args go with --check (--json also with --tune)")
     if not sys.stdout.isatty():
@@ -161,21 +196,51 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.profile, args.capability, ledger=Path(args.ledger) if args.ledger else None)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (`kill`, `timeout`, a dropped SSH session): unwinds like ctrl-c, so every
+    worker's process group is killed on the way out; the exit code is 128 + the signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
 def entry() -> None:
-    """The console script: exit codes as documented, never a traceback on the terminal."""
+    """The console script: exit codes as documented, never a traceback on the terminal, no worker
+    left running (ctrl-c 130, SIGTERM 143, SIGHUP 129; `ltx-tui run` keeps the default handling)."""
+    import signal
+
+    from backends.machine.worker import kill_all
+
+    handled = () if sys.argv[1:2] in (["run"], ["runs"]) else (signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.signal(signum, _terminate) for signum in handled}
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_PIPE
-    except KeyboardInterrupt:
-        print("ltx-tui: interrupted", file=sys.stderr)
-        code = 130
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        code = 128 + signum
+        try:  # after a SIGHUP the terminal may be gone
+            print("ltx-tui: interrupted" if signum == signal.SIGINT else
+                  f"ltx-tui: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        except OSError:
+            pass
     except Exception as e:
         path = log_internal_error()
         print(f"ltx-tui: internal error: {type(e).__name__}: {e} (traceback in {path})", file=sys.stderr)
         code = EXIT_INTERNAL
+    finally:  # the clean-up is not interrupted; the handlers are put back after it
+        quiet = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, *handled)}
+        kill_all()
+        for signum, handler in {**quiet, **before}.items():
+            signal.signal(signum, handler)
     sys.exit(code)
 
 

@@ -1,7 +1,9 @@
 """`ltx-tui --tune`: measure the speed options on this machine, headless. Never imports textual.
 
-Exit codes: 0 tuned (at least one candidate measured), 1 nothing could be measured, 2 usage or
-profile error, 3 internal error, 130 interrupted (workers are killed with their process group).
+Exit codes: 0 tuned (at least one candidate measured; a cache that cannot be written is a
+warning), 1 nothing could be measured (also: shapes too big for a machine without CUDA, refused
+at once), 2 usage or profile error, 3 internal error, 130 ctrl-c / 143 SIGTERM / 129 SIGHUP
+(the workers are killed with their process group).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.machine import capability as capmod
+from backends.machine.nvml import NvmlSession
 from backends.machine.tuned import Candidate, Tuned, load_quick
 from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
-from backends.tune.run import tune
+from backends.tune.run import cpu_refusal, fits_cpu, tune
 
 TUNE_SCHEMA_VERSION = 1
 AUTO_OPTIONS = ("diffvae.na_backend", "transformer.attention")  # the tuned options that have an auto value
@@ -104,19 +107,37 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
             cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)
             return _report(hit, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, cached,
                            "all from the cache, found without probing")
-    cap = capmod.probe()
-    gpu = f"{cap.gpus[0].name} ({cap.gpus[0].sm})" if cap.cuda else "CPU (no CUDA device)"
-    if not as_json:
-        print(f"ltx-tui --tune   {gpu}   {shapes.label}: DiT {shapes.dit_tokens} tokens, DiffVAE "
-              f"{len(shapes.na_stages())} NA stages   budget {budget:g} s", file=stdout, flush=True)
 
-    def progress(done: int, total: int, c: Candidate | None) -> None:
-        if c is not None and not as_json:
+    def refuse(message: str) -> int:
+        print(f"ltx-tui: --tune: {message}. `auto` keeps its built-in choices for this machine.", file=stderr)
+        if as_json:
+            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "shapes": shapes.to_dict(),
+                              "exit_code": EXIT_NOTHING}), file=stdout)
+        return EXIT_NOTHING
+
+    no_gpu = _no_gpu_seen(shapes)  # shapes too big for a CPU and no GPU at all: said before importing torch
+    if no_gpu:
+        return refuse(cpu_refusal(shapes, no_gpu))
+    cap = capmod.probe()
+    if not cap.cuda and not fits_cpu(shapes):
+        return refuse(cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device"))
+    gpu = f"{cap.gpus[0].name} ({cap.gpus[0].sm})" if cap.cuda else "CPU (no CUDA device)"
+    print(f"ltx-tui --tune   {gpu}   {shapes.label}: DiT {shapes.dit_tokens} tokens, DiffVAE "
+          f"{len(shapes.na_stages())} NA stages   budget {budget:g} s", file=stderr if as_json else stdout, flush=True)
+
+    def progress(done: int, total: int, c: Candidate | None) -> None:  # on stderr: --json's stdout stays one object
+        if c is not None:
             ms = f" {c.ms:.3f} ms" if c.ms is not None else ""
             print(f"  [{done}/{total}] {c.option} = {c.value}: {c.status}{ms}", file=stderr, flush=True)
 
+    def waiting(message: str) -> None:
+        print(f"ltx-tui: {message} (ctrl-c stops)", file=stderr, flush=True)
+
     before = _cached_count(cap, shapes, keys, fresh)
-    tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, on_event=progress)
+    tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, on_event=progress, on_wait=waiting)
+    problems = [note for note in tuned.notes if not note.startswith("cached in")]
+    for i, note in enumerate(problems, 1):
+        print(f"ltx-tui: warning: {note}{'; the results are printed below' if i == len(problems) else ''}", file=stderr)
     plan = resolve(profile, cap, tuned)
     auto = {d.option: d.effective for d in plan if d.option in keys and str(d.requested) in ("auto", "automatic")}
     if output:
@@ -129,6 +150,19 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     if output and not as_json:
         print(f"wrote {output} with the chosen values pinned", file=stdout)
     return code
+
+
+def _no_gpu_seen(shapes: RunShapes) -> str:
+    """Why there is no CUDA device here when NVML sees no GPU and `shapes` are too big for a CPU
+    (found without importing torch: CUDA needs a GPU NVML sees), else ""."""
+    if fits_cpu(shapes):
+        return ""
+    session = NvmlSession()
+    try:
+        info, _, gpus = capmod.read_nvml(session, timeout=5.0)
+    finally:
+        session.close()
+    return "" if gpus else (info.reason or "NVML sees no NVIDIA GPU")
 
 
 def complete(tuned: Tuned, keys: tuple[str, ...]) -> bool:
@@ -156,7 +190,7 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
         print(f"auto:   {option} auto -> {value} ({why})", file=stdout)
-    print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note}); " + "; ".join(tuned.notes),
+    print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note})" + "".join(f"; {n}" for n in tuned.notes),
           file=stdout)
     return code
 

@@ -540,7 +540,7 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
     tuner = FakeTuner()
     probed = []
     app = make_app("h100", tuner=tuner,  # options validated for a preset: the tune probes this machine
-                   prober=lambda: probed.append(1) or replace(preset("cpu"), source="live"))
+                   prober=lambda: probed.append(1) or replace(preset("a100"), source="live"))
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         await pilot.press("u")

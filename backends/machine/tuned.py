@@ -4,19 +4,24 @@ The cache is one JSON file per capability fingerprint (GPU models, driver, torch
 versions: `Capability.fingerprint()`) in the user cache directory (platformdirs; on Linux
 `$XDG_CACHE_HOME/ltx-tui/tune/`), holding one entry per run shape ("768x512x121"). A file
 written by another schema or ltx-tui version, or for another fingerprint, is stale and ignored;
-an unreadable one too (the next tune rewrites it).
+an unreadable one too (the next tune rewrites it). `tune_lock()`: one tune times at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from backends.machine.capability import Capability, read_nvml
 from backends.machine.nvml import NvmlSession
@@ -198,3 +203,46 @@ def store_tuned(cap: Capability, tuned: Tuned) -> Path:
     data = dict(_key(cap), quick_key=quick_key(), entries=entries)
     write_atomically(path, json.dumps(data, indent=1).encode(), overwrite=True)
     return path
+
+
+LOCK_POLL = 0.2  # seconds between tries for a lock another tune holds
+
+
+@contextlib.contextmanager
+def tune_lock(cancel: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> Iterator[str]:
+    """Hold the tune lock of the cache directory (fcntl on `tune.lock`) while timing and caching:
+    two tunes at once slow each other's timings 3-10x and would cache them. Another holder is
+    waited for, said once through `on_wait` (with its pid); `cancel` stops the wait. Yields ""
+    with the lock held, else why there is none (a cancelled wait, an unwritable cache directory:
+    the tune then runs unlocked). The kernel drops the lock when its holder exits, even killed."""
+    path = cache_dir() / "tune.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        yield f"not locked against another tune at the same time: cannot open {path} ({e.strerror or e})"
+        return
+    try:
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):  # e.g. no locks on this file system
+                    yield f"not locked against another tune at the same time: cannot lock {path} ({e.strerror or e})"
+                    return
+            if cancel is not None and cancel.is_set():
+                yield "cancelled while waiting for another tune"
+                return
+            if not said and on_wait is not None:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                on_wait(f"another tune{f' (pid {holder})' if holder.isdigit() else ''} is timing on this machine "
+                        f"(lock {path}); waiting for it, so that neither slows the other's timings")
+                said = True
+            time.sleep(LOCK_POLL)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield ""
+    finally:
+        os.close(fd)  # releases the lock

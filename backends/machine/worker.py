@@ -1,12 +1,14 @@
-"""Running a worker interpreter that cannot outlive its timeout.
+"""Running a worker interpreter that cannot outlive its timeout, nor this process.
 
 The worker runs in its own process group: on timeout or cancel (or a KeyboardInterrupt here) the
-whole group is killed, so a hung CUDA call or a child it forked goes too. Output is read by
-threads (a worker filling a pipe never blocks), and the waits are bounded.
+whole group is killed, so a hung CUDA call or a child it forked goes too. Every group still alive
+is listed: `kill_all()` kills them (the app's quit, `ltx-tui`'s SIGTERM/SIGHUP handling, and at
+exit). Output is read by threads (a worker filling a pipe never blocks), and the waits are bounded.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -16,6 +18,9 @@ import time
 from dataclasses import dataclass
 
 KILL_WAIT = 5.0  # seconds to wait for a killed group's leader to be reaped
+
+_live: set[subprocess.Popen] = set()  # the workers whose group has not been killed yet
+_live_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -43,15 +48,35 @@ class Outcome:
         return " | ".join((self.stderr or self.stdout).strip().splitlines()[-lines:])
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _signal_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's process group (its children too); it is no longer live."""
+    with _live_lock:
+        _live.discard(proc)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    _signal_group(proc)
     try:
         proc.wait(timeout=KILL_WAIT)
     except subprocess.TimeoutExpired:
         pass
+
+
+def kill_all() -> int:
+    """Kill the process group of every worker of this process that is still alive (quitting,
+    a signal, exit); returns how many groups were killed. Safe from any thread, never waits."""
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        _signal_group(proc)
+    return len(procs)
+
+
+atexit.register(kill_all)
 
 
 class Worker:
@@ -61,6 +86,8 @@ class Worker:
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
+        with _live_lock:
+            _live.add(self.proc)
         self._out: list[str] = []
         self._err: list[str] = []
         self._readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
@@ -88,14 +115,13 @@ class Worker:
                 if status:
                     break
                 time.sleep(0.05)
+            if status is None and cancel is not None and cancel.is_set():  # killed for a cancel (`kill_all`)
+                status = "cancelled"
         finally:
             if status or proc.poll() is None:  # also on KeyboardInterrupt: no worker is left behind
                 _kill_group(proc)
             else:  # the worker is done; a child it left behind goes with its group
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _signal_group(proc)
         for r in self._readers:
             r.join(timeout=1.0)
         return Outcome(status or "done", round(time.perf_counter() - t0, 2), "".join(self._out),

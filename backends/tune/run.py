@@ -5,12 +5,21 @@
 the cache already holds for the same machine and run shape (unless `fresh`), marks a candidate
 whose output is outside its accuracy bound `inaccurate` (never chosen), skips what the budget
 cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`.
+
+Each option's prior (the value `auto` or the profile picks without a tune) is timed first, then
+the other values, those of the options whose prior measured quickest first: a short budget still
+measures every option, and the quick alternatives before the slow ones. A value stopped for
+being over SLOWER x its option's fastest is known to be slower and cached as such; one the
+budget cut short is not started again with no more time than it already had (a slow kernel,
+e.g. NATTEN's flex-fna on a CPU, costs the budget once, not on every run). One tune times at a
+time per cache directory (`tuned.tune_lock`): two at once would slow each other's timings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import threading
 import time
@@ -20,7 +29,7 @@ from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
 from backends.config.plan import resolve
 from backends.machine.capability import Capability
-from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned
+from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned, tune_lock
 from backends.machine.worker import Outcome, Worker
 from backends.tune.candidates import DEFAULT_OPTIONS, Spec, candidates
 
@@ -29,6 +38,29 @@ MIN_TIMEOUT = 5.0  # a candidate is not started with less budget left than this
 # A candidate may take SLOWER x the worker time of its option's fastest value so far (at least
 # SLOWER_MIN s): one that needs longer is far slower and would only eat the budget.
 SLOWER, SLOWER_MIN = 5.0, 20.0
+STOPPED, UNFINISHED = "stopped after", "budget spent after"  # how the reasons of those two skips start
+# Without CUDA one candidate at LTX-2's shapes takes minutes (the DiffVAE's NA at 768x512x121 is
+# ~100x the work at 224x224x9, whose tiled eager SDPA decode alone took 18 s on two cores): a CPU
+# times at most CPU_MAX's video (width x height x frames x batch); larger shapes are refused at once.
+CPU_MAX, CPU_STAND_IN = RunShapes(256, 224, 17), RunShapes(224, 224, 9)
+
+
+def pixels(shapes: RunShapes) -> int:
+    return shapes.width * shapes.height * shapes.frames * shapes.batch
+
+
+def fits_cpu(shapes: RunShapes) -> bool:
+    """Whether a machine without CUDA times `shapes` (else `cpu_refusal` says why not)."""
+    return pixels(shapes) <= pixels(CPU_MAX)
+
+
+def cpu_refusal(shapes: RunShapes, no_cuda: str) -> str:
+    """Why `shapes` (too big: not `fits_cpu`) are not timed on this machine, which has no CUDA
+    device (`no_cuda` says why)."""
+    return (f"no CUDA device here ({no_cuda}); at {shapes.label} ({pixels(shapes):,} video pixels) one candidate "
+            f"takes minutes on a CPU, so nothing would be measured within the budget. A CPU times at most "
+            f"{CPU_MAX.label} ({pixels(CPU_MAX):,} pixels): tune on the GPU machine, or time small stand-in "
+            f"shapes here (--resolution {CPU_STAND_IN.width}x{CPU_STAND_IN.height} --frames {CPU_STAND_IN.frames})")
 
 
 def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str) -> str:
@@ -50,27 +82,50 @@ def _na_for_decode(done: list[Candidate]) -> str:
 def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
          budget: float = DEFAULT_BUDGET, fresh: bool = False, store: bool = True,
          on_event: Callable[[int, int, Candidate | None], None] | None = None,
-         cancel: threading.Event | None = None) -> Tuned:
+         cancel: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> Tuned:
     """Measure the candidates of `options` at `shapes` on this machine (`cap` is its live
     capability) within `budget` seconds; returns and caches the result. The next worker starts
-    (imports, CUDA) while the current one measures."""
+    (imports, CUDA) while the current one measures. `on_wait(message)`: another tune holds the
+    machine and this one waits for it (`cancel` stops the wait). A cache that cannot be written
+    loses nothing but the cache: the result's notes say why."""
+    with tune_lock(cancel, on_wait) as unlocked:
+        tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel)
+        notes = (unlocked,) if unlocked else ()
+        if store and not (unlocked and cancel is not None and cancel.is_set()):  # not after a cancelled wait
+            try:
+                stored = store_tuned(cap, tuned)
+                tuned, notes = load_tuned(cap, shapes.label) or tuned, (f"cached in {stored}",)
+            except OSError as e:
+                notes += (f"not cached: cannot write {e.filename or 'the cache'} ({e.strerror or e})",)
+    return dataclasses.replace(tuned, notes=notes)
+
+
+def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[str, ...], budget: float, fresh: bool,
+          on_event: Callable[[int, int, Candidate | None], None] | None, cancel: threading.Event | None) -> Tuned:
     specs, not_timed = candidates(profile, cap, options)
-    cached = {} if fresh else {(c.option, c.value): c for c in (load_tuned(cap, shapes.label) or Tuned("", "", ())
-                                                                 ).candidates if c.status != "skipped"}
+    earlier = () if fresh else (load_tuned(cap, shapes.label) or Tuned("", "", ())).candidates
+    cached = {(c.option, c.value): c for c in earlier if c.status != "skipped" or c.reason.startswith(STOPPED)}
+    unfinished = {(c.option, c.value): c.seconds for c in earlier if c.reason.startswith(UNFINISHED) and c.seconds}
     done: list[Candidate] = [Candidate(o, v, "skipped", reason=why) for o, v, why in not_timed]
     prior = {d.option: str(d.effective) for d in resolve(profile, cap)}
-    specs.sort(key=lambda s: (options.index(s.option), s.value.split(":")[0] != prior.get(s.option)))
+    specs.sort(key=lambda s: (s.value.split(":")[0] != prior.get(s.option), options.index(s.option)))
+    priors = sum(s.value.split(":")[0] == prior.get(s.option) for s in specs)
     to_run = sum((s.option, s.value) not in cached for s in specs)
     fastest: dict[str, tuple[float, float, str]] = {}  # option -> (ms, worker seconds, value)
     t0 = time.monotonic()
     spare: Worker | None = None
     try:
-        for i, spec in enumerate(specs):
+        for i in range(len(specs)):
+            if i == priors:  # the other values, those of the options measured quickest first
+                specs[i:] = sorted(specs[i:], key=lambda s: fastest.get(s.option, (0.0, math.inf, ""))[1])
+            spec = specs[i]
             if on_event:
                 on_event(i, len(specs), None)
             hit = cached.get((spec.option, spec.value))
             best = fastest.get(spec.option)
             left = budget - (time.monotonic() - t0)
+            limit = min(left, max(SLOWER_MIN, SLOWER * best[1])) if best else left
+            ran = unfinished.get((spec.option, spec.value))
             if hit is not None:
                 result = hit
             elif cancel is not None and cancel.is_set():
@@ -78,10 +133,14 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
             elif left < MIN_TIMEOUT:
                 result = Candidate(spec.option, spec.value, "skipped",
                                    reason=f"budget spent ({budget:g} s); run again with a larger --budget to time it")
+            elif ran is not None and limit <= ran:
+                to_run -= 1
+                result = Candidate(spec.option, spec.value, "skipped", seconds=ran, reason=(
+                    f"{UNFINISHED} {ran:g} s in an earlier tune, not started again with {limit:.0f} s; give it a "
+                    f"--budget over {ran:g} s (or --fresh)"))
             else:
                 to_run -= 1
                 current, spare = spare or Worker(worker_argv()), (Worker(worker_argv()) if to_run > 0 else None)
-                limit = min(left, max(SLOWER_MIN, SLOWER * best[1])) if best else left
                 outcome = current.run(_spec_json(spec, shapes, _na_for_decode(done)), limit, cancel)
                 result = _result(spec, outcome, limit, left, best)
             if result.status == "measured" and result.seconds and (best is None or result.ms < best[0]):
@@ -92,13 +151,9 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
     finally:
         if spare is not None:
             spare.kill()
-    order = {(s.option, s.value): i for i, s in enumerate(specs)}
+    order = {(s.option, s.value): i for i, s in enumerate(sorted(specs, key=lambda s: options.index(s.option)))}
     done.sort(key=lambda c: (options.index(c.option), order.get((c.option, c.value), len(order))))
-    tuned = Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
-    if store:
-        stored = store_tuned(cap, tuned)
-        tuned = dataclasses.replace(load_tuned(cap, shapes.label) or tuned, notes=(f"cached in {stored}",))
-    return tuned
+    return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
 
 
 def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple | None) -> Candidate:
@@ -108,10 +163,10 @@ def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple
         return Candidate(spec.option, spec.value, "skipped", reason="cancelled")
     if outcome.status == "timeout" and limit < left:
         return Candidate(spec.option, spec.value, "skipped", reason=(
-            f"stopped after {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that {best[2]} needed"))
+            f"{STOPPED} {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that {best[2]} needed"))
     if outcome.status == "timeout":
-        return Candidate(spec.option, spec.value, "skipped",
-                         reason=f"budget spent after {outcome.seconds:g} s; run again with a larger --budget")
+        return Candidate(spec.option, spec.value, "skipped", seconds=outcome.seconds,
+                         reason=f"{UNFINISHED} {outcome.seconds:g} s; run again with a larger --budget")
     if row is None:
         return Candidate(spec.option, spec.value, "failed",
                          reason=f"worker exited {outcome.returncode}: {outcome.tail()}")

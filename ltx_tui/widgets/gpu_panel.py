@@ -64,9 +64,17 @@ class GpuRow(Vertical):
         used, total = gpu.memory_used or 0, gpu.memory_total or 0
         self.mem.append(100.0 * used / total if total else 0.0)
         self.query_one(".gpu-info", Static).update(gpu_text(gpu))
+        self._draw_sparklines()
+
+    def _draw_sparklines(self) -> None:
         width = max(8, (self.size.width - 12) // 2) if self.size.width else 24
         self.query_one(".gpu-spark", Static).update(
             Text("util ") + sparkline(self.util, width) + Text("  mem ") + sparkline(self.mem, width))
+
+    def on_resize(self) -> None:
+        """The sparklines fill the row's width, whenever it is known (after the first reading too)."""
+        if self.util:
+            self._draw_sparklines()
 
 
 class GpuPanel(VerticalScroll):

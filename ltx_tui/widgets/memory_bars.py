@@ -1,4 +1,4 @@
-"""Memory bars: the plan's peak per stage of a 768x512x121 run against the GPU's free memory."""
+"""Memory bars: the plan's peak per stage of the run (the Plan tab's shapes) against the GPU's free memory."""
 
 from __future__ import annotations
 

@@ -1,15 +1,98 @@
-"""Resolution view: each option `requested -> effective`, status, reason; and a summary."""
+"""The Plan tab: the run's shapes (width x height, frames, batch: what the memory plan and the
+tune use), then how each option resolved here (`requested -> effective`, status, reason) and a
+summary."""
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+import argparse
 
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Input, Label, Static
+
+from backends.config.ltx2_shapes import RunShapes, parse_resolution
 from backends.config.rules import Decision, Status, summarize
 from backends.config.options import show_value
+from ltx_tui.cli import _positive_int
 from ltx_tui.widgets.options_list import STATUS_STYLE
+
+
+def parse_run(resolution: str, frames: str, batch: str) -> RunShapes:
+    """The run of the three inputs, checked as `--resolution`, `--frames` and `--batch` are;
+    ValueError with the same words."""
+    numbers = []
+    for name, text in (("frames", frames), ("batch", batch)):
+        try:
+            numbers.append(_positive_int(text.strip()))
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"{name}: {e}") from None
+    return RunShapes(*parse_resolution(resolution), *numbers)
+
+
+class RunShapeForm(Vertical):
+    """Three inputs and a status line. A run is checked as it is typed and applied (posted as
+    `Changed`) by enter or by leaving its field; one that is not valid is said, and not applied."""
+
+    BINDINGS = [Binding("escape", "leave", "Back to the table", show=False)]
+
+    class Changed(Message):
+        def __init__(self, shapes: RunShapes) -> None:
+            super().__init__()
+            self.shapes = shapes
+
+    def __init__(self, shapes: RunShapes, **kw) -> None:
+        super().__init__(**kw)
+        self.shapes = shapes
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="run-inputs"):
+            yield Label("run ")
+            yield Input(f"{self.shapes.width}x{self.shapes.height}", id="run-resolution", compact=True,
+                        tooltip="width x height, multiples of 32 (as --resolution)")
+            yield Label(" frames ")
+            yield Input(str(self.shapes.frames), id="run-frames", compact=True, tooltip="8k+1 (as --frames)")
+            yield Label(" batch ")
+            yield Input(str(self.shapes.batch), id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
+        yield Static(self._applied_note(), id="run-status")
+
+    def _applied_note(self) -> Text:
+        return Text(f"the memory plan and the tune (u) use {self.shapes.label}", style="dim")
+
+    def _typed(self) -> RunShapes:
+        return parse_run(*(self.query_one(f"#run-{n}", Input).value for n in ("resolution", "frames", "batch")))
+
+    @on(Input.Changed)
+    def _edited(self, event: Input.Changed) -> None:
+        event.stop()
+        status = self.query_one("#run-status", Static)
+        try:
+            typed = self._typed()
+        except ValueError as e:
+            status.update(Text(f"{e}; the run is still {self.shapes.label}", style="red"))
+            return
+        status.update(self._applied_note() if typed == self.shapes else
+                      Text(f"{typed.label}: enter applies (the run is still {self.shapes.label})", style="yellow"))
+
+    @on(Input.Submitted)
+    @on(Input.Blurred)
+    def _apply(self, event: Input.Submitted | Input.Blurred) -> None:
+        event.stop()
+        try:
+            typed = self._typed()
+        except ValueError:
+            return  # the status line says why
+        if typed != self.shapes:
+            self.shapes = typed
+            self.query_one("#run-status", Static).update(self._applied_note())
+            self.post_message(self.Changed(typed))
+
+    def action_leave(self) -> None:
+        """escape: back to the plan's table (a valid run typed is applied as the field is left)."""
+        self.parent.query_one(DataTable).focus()
 
 
 def reason(d: Decision) -> str:
@@ -36,11 +119,16 @@ def detail_text(d: Decision) -> Text:
 
 
 class ResolutionView(Vertical):
-    BORDER_TITLE = "Resolution"
+    BORDER_TITLE = "Plan"
 
     STATUS_WIDTH, OPTION_WIDTH = 8, 30
 
+    def __init__(self, shapes: RunShapes, **kw) -> None:
+        super().__init__(**kw)
+        self.shapes = shapes
+
     def compose(self) -> ComposeResult:
+        yield RunShapeForm(self.shapes, id="run-form")
         yield Static("waiting for the capability probe…", id="summary")
         table = DataTable(id="resolution-table", cursor_type="row", zebra_stripes=True)
         table.add_column("status", width=self.STATUS_WIDTH, key="status")

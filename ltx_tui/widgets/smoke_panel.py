@@ -25,6 +25,12 @@ class SmokePanel(Vertical):
             table.add_column(column, key=column)
         yield table
 
+    def preparing(self, message: str) -> None:
+        """Said at once when s is pressed, while the checks are being planned (a probe takes seconds)."""
+        self.query_one(DataTable).clear()
+        self.query_one(ProgressBar).update(total=None, progress=0)  # indeterminate until the checks are known
+        self.query_one("#smoke-status", Static).update(Text(f"{message} — press c to cancel", style="cyan"))
+
     def start(self, specs: list[CheckSpec], note: str = "") -> None:
         """Rows for `specs`; `note` says where the checks run when that is not the profile's machine."""
         table = self.query_one(DataTable)

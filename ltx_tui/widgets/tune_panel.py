@@ -26,14 +26,30 @@ def bar(c: Candidate, slowest: float | None) -> Text:
 class TunePanel(Vertical):
     BORDER_TITLE = "Tune"
 
+    def __init__(self, label: str, **kw) -> None:
+        super().__init__(**kw)
+        self.label = label  # the run's shapes, e.g. 768x512x121
+
     def compose(self) -> ComposeResult:
-        yield Static("press u to time each value of the speed options on this machine (768x512x121; "
-                     "`ltx-tui --tune` for other shapes)", id="tune-status")
+        yield Static(self._idle_text(), id="tune-status")
         yield ProgressBar(total=1, show_eta=False, id="tune-progress")
         table = DataTable(id="tune-table", cursor_type="row")
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
+
+    def _idle_text(self) -> str:
+        return (f"press u to time each value of the speed options on this machine at the run's shapes "
+                f"({self.label}; w changes them)")
+
+    def idle(self, label: str) -> None:
+        """The run's shapes changed: what u would tune now (rows of an earlier tune stay)."""
+        self.label = label
+        if not self.query_one(DataTable).row_count:
+            self.query_one("#tune-status", Static).update(Text(self._idle_text()))
+
+    def waiting(self, message: str) -> None:
+        self.query_one("#tune-status", Static).update(Text(f"{message} — press c to cancel", style="yellow"))
 
     def start(self, label: str) -> None:
         self.query_one(DataTable).clear()

@@ -1,0 +1,140 @@
+"""The app's Plan tab (the run's shapes that the memory plan and the tune use, checked as the
+command line checks them), the tune refused at once on a CPU for LTX-2's shapes, `s` saying what
+it does at once, a new profile file, and the side column's width."""
+
+import dataclasses
+import threading
+
+from textual.widgets import Input, Static
+
+from backends.machine.presets import preset
+from ltx_tui.app import LtxTuiApp
+from test_app import FakeNvml, fake_gpu, make_app, wait_for
+
+
+def text(app, selector):
+    return str(app.query_one(selector, Static).render())
+
+
+async def set_run(pilot, resolution=None, frames=None, batch=None, enter=True):
+    """Type into the Plan tab's run inputs (w opens it in the resolution input), then enter."""
+    if not isinstance(pilot.app.focused, Input):  # in a field, w is a letter
+        await pilot.press("w")
+        await pilot.pause()
+        assert pilot.app.focused is pilot.app.query_one("#run-resolution", Input)
+    for name, value in (("resolution", resolution), ("frames", frames), ("batch", batch)):
+        if value is not None:
+            field = pilot.app.query_one(f"#run-{name}", Input)
+            field.focus()
+            await pilot.pause()  # the field left is applied first, as when typing
+            field.value = value  # as typed (test_w_opens_the_run_inputs... types with the keys)
+    if enter:
+        await pilot.press("enter")
+    await pilot.pause()
+
+
+async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
+    shapes_tuned = []
+
+    def tuner(profile, cap, shapes, on_event, cancel):
+        from backends.machine.tuned import Tuned
+
+        shapes_tuned.append(shapes.label)
+        return Tuned(cap.fingerprint(), shapes.label, ())
+
+    app = make_app(dataclasses.replace(preset("h100"), source="live"), tuner=tuner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+        tabs = app.query_one("TabbedContent")
+        assert tabs.active == "resolution" and str(tabs.get_tab("resolution").label) == "Plan"
+        assert "768x512x121" in text(app, "#memory-bars")
+        await set_run(pilot, frames="120")  # refused with the words of --frames, the run unchanged
+        assert app.focused is app.query_one("#run-frames", Input)
+        status = text(app, "#run-status")
+        assert "frames 120: must be 8k+1" in status and "the run is still 768x512x121" in status
+        await set_run(pilot, frames="0")
+        assert "frames: '0' is not a whole number >= 1" in text(app, "#run-status")
+        await set_run(pilot, resolution="770x512", frames="121")
+        assert "multiples of 32" in text(app, "#run-status")
+        assert app.run_shapes.label == "768x512x121" and "768x512x121" in text(app, "#memory-bars")
+        await set_run(pilot, resolution="1536x1024")
+        assert "use 1536x1024x121" in text(app, "#run-status") and "1536x1024x121:" in text(app, "#memory-bars")
+        await set_run(pilot, batch="2", enter=False)
+        assert "1536x1024x121 batch 2: enter applies" in text(app, "#run-status")  # typed, not applied yet
+        assert "batch 2" not in text(app, "#memory-bars")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "use 1536x1024x121 batch 2" in text(app, "#run-status")
+        assert "1536x1024x121 batch 2" in text(app, "#memory-bars")
+        await pilot.press("escape", "u")  # out of the inputs: the keys are the app's again
+        await wait_for(pilot, lambda: shapes_tuned)
+        assert shapes_tuned == ["1536x1024x121 batch 2"]
+
+
+async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
+    called = []
+    cpu = dataclasses.replace(preset("cpu"), source="live")
+    app = make_app(cpu, tuner=lambda *a: called.append(a))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "Not tuned" in text(app, "#tune-status"))
+        status = text(app, "#tune-status")
+        assert "no CUDA device here" in status and "768x512x121" in status and "Plan tab (w)" in status
+        assert called == [] and app._tune_cancel is None
+
+
+async def test_smoke_says_what_it_does_at_once_while_the_machine_is_probed():
+    gate = threading.Event()
+
+    def prober():
+        gate.wait(10)
+        return dataclasses.replace(preset("h100"), source="live")
+
+    app = make_app(prober=prober, smoke_runner=lambda specs, cancel, on_start, on_result: [])
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+        assert "probing this machine" in text(app, "#smoke-status")  # before the probe answers
+        gate.set()
+        await wait_for(pilot, lambda: app._smoke_cancel is None)
+        assert "probing" not in text(app, "#smoke-status")
+
+
+async def test_a_profile_that_does_not_exist_yet_is_said_to_be_new(tmp_path):
+    path = tmp_path / "new.toml"
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        assert app.sub_title.endswith(f"{path} (new file)")
+        said = [n.message for n in app._notifications]
+        assert any("does not exist yet" in m and "export (e) creates it" in m for m in said)
+        assert not app.problems  # not an error: nothing in the banner
+
+
+async def test_at_120_columns_the_side_column_leaves_the_tabs_80():
+    app = LtxTuiApp(None, preset("h100"), nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.query_one("#side").size.width <= 40
+        assert app.query_one("#tabs").size.width >= 80
+
+
+async def test_w_opens_the_run_inputs_and_escape_leaves_them():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        field = app.query_one("#run-resolution", Input)
+        assert app.focused is field
+        field.clear()
+        await pilot.press(*"1024x576", "escape")  # leaving the field applies a valid run
+        await pilot.pause()
+        assert app.run_shapes.label == "1024x576x121" and app.focused is app.query_one("#resolution-table")
+        await pilot.press("q")  # the app's keys again
+        await pilot.pause()
+    assert not app.is_running

@@ -1,0 +1,109 @@
+"""Quitting the app: q, ctrl+c, the palette's Quit and a SIGTERM cancel a running tune first (its
+workers' process groups are killed, so nothing runs on after the app), and every way to quit asks
+first when the profile has unsaved changes."""
+
+import dataclasses
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from backends.machine.presets import preset
+from backends.machine.tuned import load_tuned
+from backends.tune import run as runmod
+from groups import SLEEPER, alive, groups, wait_gone
+from ltx_tui.screens.confirm import ConfirmScreen
+from test_app import choose, make_app, wait_for
+
+
+@pytest.fixture
+def sleeping_workers(tmp_path, monkeypatch):
+    """The tune's workers are SLEEPER (a hung kernel with a forked child); their groups' file."""
+    path = tmp_path / "groups"
+    monkeypatch.setenv("GROUPS", str(path))
+    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", SLEEPER])
+    yield path
+    for pgid in groups(path):  # a failed test leaves nothing running either
+        if alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def live_h100():
+    return dataclasses.replace(preset("h100"), source="live")
+
+
+async def test_quitting_during_a_tune_kills_its_workers(sleeping_workers):
+    app = make_app(live_h100())  # the real tuner (`ltx-tui --tune`'s), its workers replaced
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        await wait_for(pilot, lambda: len(groups(sleeping_workers)) >= 2)  # measuring, the next one started
+        pgids = groups(sleeping_workers)
+        await pilot.press("q")
+        await pilot.pause()
+    assert not app.is_running
+    assert wait_gone(pgids) == []
+    for _ in range(100):  # the tune's thread ends with what it had: the killed worker is "cancelled"
+        cached = load_tuned(live_h100(), "768x512x121")
+        if cached is not None:
+            break
+        time.sleep(0.05)
+    assert not [c for c in cached.candidates if c.status == "failed"]
+    assert {c.reason for c in cached.candidates if c.option == "diffvae.na_backend"} >= {"cancelled"}
+
+
+async def test_ctrl_c_and_the_palettes_quit_ask_when_there_are_unsaved_changes():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "offload.mode", "cpu")
+        quit_command = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
+        app.call_later(quit_command.callback)  # what the command palette does with it
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press("ctrl+c")  # the same key again at the question quits
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_ctrl_c_quits_and_help_says_so():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        keys = {app.get_key_display(b): b.description for b in app.BINDINGS}
+        assert keys["^c"].startswith("Quit")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_a_signal_quits_at_once_and_kills_the_workers(sleeping_workers):
+    signum = signal.SIGTERM  # SIGHUP and SIGINT take the same way, without the goodbye line for SIGHUP
+    hit = []
+
+    def noted(*_):  # without the app's handler the signal is noted here, not fatal to the test run
+        hit.append(signum)
+
+    before = signal.signal(signum, noted)
+    try:
+        app = make_app(live_h100(), handle_signals=True)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await pilot.pause()
+            await choose(pilot, "offload.mode", "cpu")  # unsaved changes: a signal does not ask
+            await pilot.press("u")
+            await wait_for(pilot, lambda: len(groups(sleeping_workers)) >= 2)
+            pgids = groups(sleeping_workers)
+            os.kill(os.getpid(), signum)
+            await wait_for(pilot, lambda: not app.is_running)
+        assert app.return_code == 128 + signum and not hit
+        assert wait_gone(pgids) == []
+        assert signal.getsignal(signum) is noted  # the handler from before the app is back
+    finally:
+        signal.signal(signum, before)

@@ -1,0 +1,159 @@
+"""`ltx-tui --tune` where it cannot time LTX-2's shapes, with a cache it cannot write, next to
+another tune, and with a candidate too slow for its budget."""
+
+import dataclasses
+import fcntl
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+from backends.machine import capability as capmod
+from backends.machine.capability import NvmlInfo
+from backends.machine.presets import preset
+from backends.machine.tuned import cache_dir, load_tuned
+from backends.tune import run as runmod
+from ltx_tui.cli import main
+from test_tune import FAKE_WORKER
+
+ATTENTION = ["--tune", "--options", "transformer.attention", "--resolution", "224x224", "--frames", "9"]
+
+
+def live(pid):
+    return dataclasses.replace(preset(pid), source="live")
+
+
+@pytest.fixture
+def no_probe(monkeypatch):
+    def probe(**kw):
+        raise AssertionError("the refusal needs no torch import")
+
+    monkeypatch.setattr(capmod, "probe", probe)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ltx2s_shapes_without_a_gpu_are_refused_at_once_with_the_reason(capsys, monkeypatch, no_probe, as_json):
+    no_nvml = NvmlInfo(False, "NVML library not found (test)")
+    monkeypatch.setattr(capmod, "read_nvml", lambda *a, **kw: (no_nvml, [], ()))
+    code = main(["--tune"] + (["--json"] if as_json else []))
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "no CUDA device here (NVML library not found (test))" in err
+    assert "768x512x121" in err and "--resolution 224x224 --frames 9" in err
+    if as_json:
+        doc = json.loads(out)
+        assert doc["exit_code"] == 1 and "no CUDA device here" in doc["error"]
+        assert doc["shapes"]["resolution"] == "768x512"
+
+
+def test_a_gpu_without_cuda_in_torch_is_refused_after_the_probe(capsys, monkeypatch):
+    gpu = capmod.GPU(0, "NVIDIA H200", "GPU-0", "00000000:18:00.0", (9, 0), 143771 * 2**20)
+    monkeypatch.setattr(capmod, "read_nvml", lambda *a, **kw: (NvmlInfo(True), [], (gpu,)))
+    monkeypatch.setattr(capmod, "probe", lambda **kw: live("cpu"))  # the CPU wheel of torch
+    assert main(["--tune", "--frames", "17", "--resolution", "256x256"]) == 1
+    err = capsys.readouterr().err
+    assert "no CUDA device here (" in err and "256x256x17" in err
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    spawns = tmp_path / "spawns"
+    spawns.write_text("")
+    monkeypatch.setenv("SPAWNS", str(spawns))
+    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", FAKE_WORKER])
+    monkeypatch.setattr(capmod, "probe", lambda **kw: live("cpu"))
+    return spawns
+
+
+def test_an_unwritable_cache_warns_and_prints_the_results(capsys, monkeypatch, tmp_path, fake_worker):
+    cache_home = tmp_path / "cache"
+    cache_home.mkdir()
+    (cache_home / "ltx-tui").write_text("a file where the cache directory goes")  # unwritable, even as root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    code = main(ATTENTION)
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "sdpa_math" in out and "chosen: transformer.attention = " in out  # the table
+    assert "warning: not cached: cannot write" in err and "the results are printed" in err
+    assert "Traceback" not in err
+
+
+def test_json_says_its_progress_on_stderr(capsys, fake_worker):
+    assert main(ATTENTION + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["exit_code"] == 0  # stdout stays one JSON object
+    assert "ltx-tui --tune   CPU (no CUDA device)   224x224x9" in err and "[1/2] transformer.attention" in err
+
+
+def test_a_second_tune_waits_for_the_first(fake_worker):
+    cache = cache_dir()
+    cache.mkdir(parents=True)
+    held = os.open(cache / "tune.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another tune is timing
+    os.write(held, b"4242\n")
+    said, result = [], []
+    worker = threading.Thread(target=lambda: result.append(runmod.tune(
+        Profile(), live("cpu"), RunShapes(224, 224, 9), options=("transformer.attention",), budget=30,
+        on_wait=said.append)))
+    worker.start()
+    try:
+        worker.join(1.0)
+        assert worker.is_alive() and fake_worker.read_text() == ""  # waiting, timing nothing
+        assert len(said) == 1 and "another tune (pid 4242) is timing on this machine" in said[0]
+    finally:
+        os.close(held)  # the first tune ends
+    worker.join(20)
+    assert result and result[0].chosen()["transformer.attention"]
+    assert fake_worker.read_text().split() == ["sdpa_math", "pytorch"]
+
+
+def test_a_cancel_stops_the_wait_and_caches_nothing(fake_worker):
+    cache = cache_dir()
+    cache.mkdir(parents=True)
+    held = os.open(cache / "tune.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    cancel = threading.Event()
+    try:
+        tuned = runmod.tune(Profile(), live("cpu"), RunShapes(224, 224, 9), options=("transformer.attention",),
+                            budget=30, cancel=cancel, on_wait=lambda message: cancel.set())
+    finally:
+        os.close(held)
+    assert {c.reason for c in tuned.candidates if c.status == "skipped"} >= {"cancelled"}
+    assert fake_worker.read_text() == "" and load_tuned(live("cpu"), "224x224x9") is None
+
+
+# NATTEN's flex-fna on a CPU: never answers within any budget here; eager SDPA, the prior, answers
+# after 0.2 s, and each attention value at once.
+SLOW_WORKER = """
+import json, os, sys, time
+spec = json.loads(sys.stdin.readline())
+open(os.environ["SPAWNS"], "a").write(spec["value"] + "\\n")
+time.sleep({"natten:flex-fna": 60, "eager_sdpa": 0.2}.get(spec["value"], 0))
+print(json.dumps({"status": "measured", "ms": 5.0, "max_error": 1e-4, "reason": "fake"}))
+"""
+
+
+def test_a_slow_candidate_does_not_eat_the_budget_of_every_run(fake_worker, monkeypatch):
+    """flex-fna (a stand-in that never answers) is timed after the other options' values, and once
+    the budget has cut it short it is not started again with no more time than it had."""
+    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", SLOW_WORKER])
+    monkeypatch.setattr(runmod, "MIN_TIMEOUT", 0.2)
+    cap, shapes = live("cpu"), RunShapes(224, 224, 9)
+    options = ("diffvae.na_backend", "transformer.attention")
+
+    def tune():
+        rows = runmod.tune(Profile(), cap, shapes, options=options, budget=1.5).candidates
+        return {c.value: c for c in rows if c.value in ("eager_sdpa", "natten:flex-fna", "sdpa_math", "pytorch")}
+
+    first = tune()
+    assert [first[v].status for v in ("eager_sdpa", "sdpa_math", "pytorch")] == ["measured"] * 3
+    assert first["natten:flex-fna"].reason.startswith("budget spent after")
+    tune()  # everything else cached: flex-fna gets the whole budget once more, and is cut again
+    spawned = fake_worker.read_text().split()
+    third = tune()
+    assert fake_worker.read_text().split() == spawned  # not started again: no worker at all
+    assert "not started again" in third["natten:flex-fna"].reason
