@@ -3,8 +3,8 @@
 Never imports textual. Exit codes of `run`: 0 the run finished with the profile applied; 1 the
 module failed, the plan cannot run here, or no LTXModel got the plan ("profile not applied");
 2 usage, profile, a flag that disagrees with the profile, LTX-2 of another version or structure;
-3 internal error; 130 interrupted; the module's own exit code when it exits non-zero itself
-(argparse errors: 2). `runs`: 0, 2 for a ledger or run id that cannot be read.
+3 internal error; 130 ctrl-c, 143 SIGTERM, 129 SIGHUP (the run is recorded as interrupted); the
+module's own exit code when it exits non-zero itself (argparse errors: 2). `runs`: 0, 2 for a ledger or run id that cannot be read.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 
 from backends.machine import runs as ledger_mod
@@ -27,7 +28,8 @@ exit codes:
   0  the run finished and the profile was applied to every LTXModel built
   1  the module failed, the plan cannot run here, or no LTXModel got the plan
   2  usage, profile, a flag that disagrees with the profile, LTX-2 not v1.2.0 as released
-  3  internal error;  130  interrupted;  otherwise the module's own exit code
+  3  internal error;  130 / 143 / 129  ctrl-c / SIGTERM / SIGHUP (recorded as interrupted);
+     otherwise the module's own exit code
 """
 
 
@@ -113,8 +115,20 @@ def run_main(argv: list[str]) -> int:
     _say(f"ltx-tui run: {prep.command()}")
     from ltx_tui.errlog import log_internal_error
 
-    outcome = launcher.launch(prep, ["ltx-tui", "run", *argv], on_built=lambda b: _say(_built_line(b)),
-                              log_error=log_internal_error)
+    stopped: list[int] = []
+
+    def stop(signum, frame):  # SIGTERM / SIGHUP: unwind like ctrl-c, so the run is recorded as interrupted
+        stopped.append(signum)
+        raise KeyboardInterrupt
+    saved = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        outcome = launcher.launch(prep, ["ltx-tui", "run", *argv], on_built=lambda b: _say(_built_line(b)),
+                                  log_error=log_internal_error)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    if stopped:
+        outcome.code = 128 + stopped[0]
     record = outcome.record
     if not outcome.ran:  # --help, or the module's own argument error: nothing to record
         return outcome.code

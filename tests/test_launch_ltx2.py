@@ -286,3 +286,22 @@ def test_the_modules_own_help_is_not_a_run(ltx2_pipelines, tmp_path, capsys):
     assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled", "--help"]) == 0
     assert "--distilled-checkpoint-path" in capsys.readouterr().out and not ledger.exists()
 
+
+
+def test_sigterm_during_a_run_is_recorded_as_interrupted_and_exits_143(ltx2_pipelines, tiny, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    blocks = importlib.import_module("ltx_pipelines.utils.blocks")
+    before = signal.getsignal(signal.SIGTERM)
+
+    @functools.wraps(blocks.DiffusionStage.__call__)
+    def terminated(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # what `timeout` or `kill` sends mid-run
+        raise AssertionError("the handler unwinds the run before this")
+    monkeypatch.setattr(blocks.DiffusionStage, "__call__", terminated)
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args_for(tiny, "distilled", tmp_path / "x.mp4")]) == 143
+    assert only_record(ledger).status == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is before
