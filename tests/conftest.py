@@ -15,8 +15,10 @@ if not torch.cuda.is_available():
 
 @pytest.fixture(autouse=True)
 def _own_cache_dir(tmp_path_factory, monkeypatch):
-    """No test reads or writes the user's tune cache (`auto` would follow its measurements)."""
+    """No test reads or writes the user's tune cache (`auto` would follow its measurements) or
+    run ledger."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
 
 
 @pytest.fixture(scope="module")
