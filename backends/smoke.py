@@ -193,15 +193,14 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
 
     import torch
 
-    from backends.config.plan import resolve
+    from backends.config.plan import plan_here
     from backends.config.profile import parse
     from backends.machine.capability import probe
-    from backends.machine.tuned import load_tuned
     from backends.runtime.apply import apply_profile, find_blocks
 
     profile, _ = parse(profile_data)
     cap = probe()
-    plan = resolve(profile, cap.for_device(device), load_tuned(cap))  # as --check resolved it here
+    plan = plan_here(profile, cap, device)  # as --check resolved it here
     step = plan.step(kind)
     if step is None or dict(step.args) != args:
         raise RuntimeError(f"this machine's plan has {dict(step.args) if step else 'no'} {kind} step, not {args}")

@@ -255,3 +255,13 @@ def test_fields_a_newer_writer_adds_are_ignored_at_every_level(tmp_path):
     data["stages"][0]["new_stage_field"] = [1]
     data["models"][0]["new_model_field"] = {}
     assert runs.RunRecord.from_dict(data) == record("20261130-220000-aaaa")
+
+
+def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, monkeypatch):
+    path = tmp_path / "runs.jsonl"
+    for n in range(3):
+        runs.append(record(f"20261130-22000{n}-aaaa"), path)
+    line = len(path.read_bytes()) // 3
+    monkeypatch.setattr(runs, "LEDGER_LIMIT", line + line // 2)  # the newest line and half of the one before
+    ledger = runs.load(path)
+    assert [r.id for r in ledger.records] == ["20261130-220002-aaaa"] and ledger.skipped == 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from backends.config.options import OPTIONS_BY_KEY, Profile, show_value
+from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
 from backends.machine.capability import Capability
 from backends.machine.tuned import Tuned
@@ -85,6 +85,13 @@ class Plan:
         """Errors that stop the runtime (errors of pipeline-only options do not)."""
         return [d for d in self.decisions if d.status is Status.ERROR and d.option not in PIPELINE]
 
+    def refusal(self) -> str:
+        """Why the runtime refuses this plan, an option a line with its fix ("" when it does not)."""
+        if not self.blocking:
+            return ""
+        return "the profile cannot run here:\n" + "\n".join(
+            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in self.blocking)
+
     def summary(self) -> Summary:
         return summarize(self.decisions)
 
@@ -148,6 +155,14 @@ def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None
     decisions = tuple(decide(profile, capability, tuned))
     by_key = {x.option: x for x in decisions}
     return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned)
+
+
+def plan_here(profile: Profile, capability: Capability, device: Any) -> Plan:
+    """The plan of `profile` for tensors on `device` of this machine (`capability` probed live),
+    `auto` following this machine's `--tune` measurements, as `--check` resolves it."""
+    from backends.machine.tuned import load_tuned
+
+    return resolve(profile, capability.for_device(device), load_tuned(capability))
 
 
 def explain(key: str, plan: Plan) -> str:

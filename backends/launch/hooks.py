@@ -12,9 +12,8 @@ A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distil
 gets the model the first build made, kept on the device in between (`keep_dit`: LTX-2 would
 dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips the kept one),
 when its weights take at most `KEEP_FRACTION` of the GPU's memory; it is let go when a decoder
-starts. The pipeline blocks
-(`ltx_pipelines.utils.blocks`) are wrapped for the stage meter. Everything is restored on exit;
-LTX-2's files are never edited.
+starts. The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
+Everything is restored on exit; LTX-2's files are never edited.
 """
 
 from __future__ import annotations
@@ -179,13 +178,14 @@ class Hooks:
             if inner is None:
                 hooks._credit(Built(type(wrapper).__name__, hooks._stage_name(), time.perf_counter() - t))
                 return wrapper
-            hooks._finish_streamed(wrapper, inner, time.perf_counter() - t, device)
+            hooks._finish_streamed(inner, time.perf_counter() - t, device)
             return wrapper
         build.__wrapped__ = original
         return build
 
-    def _finish_streamed(self, wrapper, inner, load_s: float, device) -> None:
-        """A streamed DiT: LTX-2 owns its weights' placement; ltx-tui installs the rest it may."""
+    def _finish_streamed(self, inner, load_s: float, device) -> None:
+        """A streamed DiT: LTX-2 owns its weights' placement (and, the flag policy says, its
+        quantization and compile); ltx-tui installs the steps the policy left it."""
         from backends.runtime.apply import apply_profile
 
         import torch
@@ -193,9 +193,9 @@ class Hooks:
         built = Built(type(inner).__name__, self._stage_name(), load_s, params=_params(inner))
         self._meter_steps(inner)
         if self.take_over:
-            kinds = tuple(k for k in self.dit_steps if k == "dense_attention")
             t = time.perf_counter()
-            built.report = apply_profile(inner, self._narrow(kinds), device=torch.device(device or "cuda"), place=False)
+            built.report = apply_profile(inner, self._narrow(self.dit_steps), device=torch.device(device or "cuda"),
+                                         place=False)
             built.apply_s = time.perf_counter() - t
         self._credit(built)
 

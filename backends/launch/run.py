@@ -135,9 +135,7 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     versions = _gate(module)
     plan = _plan(profile, capability)
     if plan.blocking:
-        raise LaunchError("the profile cannot run here:\n" + "\n".join(
-            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking),
-            code=EXIT_FAILED)
+        raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
                     _shape(tuple(module_args)), env_warnings)
 
@@ -184,13 +182,11 @@ def _plan(profile: Profile, capability) -> Plan:
     """The plan for the device LTX-2 will run on, `auto` following this machine's tune cache."""
     import torch
 
-    from backends.config.plan import resolve
+    from backends.config.plan import plan_here
     from backends.machine.capability import probe
-    from backends.machine.tuned import load_tuned
 
-    capability = capability or probe()
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return resolve(profile, capability.for_device(device), load_tuned(capability))
+    return plan_here(profile, capability or probe(), device)
 
 
 def describe(prep: Prepared) -> str:

@@ -19,6 +19,7 @@ import datetime
 import fcntl
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -212,14 +213,16 @@ def load(path: Path | None = None) -> Ledger:
     """The ledger at `path` (default: the user data directory); empty when it does not exist.
     FileProblem when the path is not a readable regular file."""
     path = Path(path) if path is not None else default_ledger()
-    if not path.exists():
-        return Ledger(path, ())
     try:
-        data = read_bounded(path, LEDGER_LIMIT)
-    except FileProblem as e:
-        if "bytes; at most" not in str(e):
-            raise
-        with open(path, "rb") as f:  # a long history: its newest part
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Ledger(path, ())
+    except OSError as e:
+        raise FileProblem(f"cannot read: {e.strerror or e}") from None
+    if not (stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT):
+        data = read_bounded(path, LEDGER_LIMIT)  # refuses what is not a regular file, with the reason
+    else:  # a long history: its newest part
+        with open(path, "rb") as f:
             f.seek(-LEDGER_LIMIT, os.SEEK_END)
             data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
     records, skipped = [], 0

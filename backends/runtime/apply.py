@@ -28,10 +28,9 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, toml_value
-from backends.config.plan import PIPELINE, Plan, Step, resolve
+from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
-from backends.machine.tuned import load_tuned
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
@@ -372,11 +371,9 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
     if isinstance(profile, Plan):
         plan = profile
     else:  # `auto` follows what `ltx-tui --tune` measured on this machine, as in --check
-        capability = capability or probe()
-        plan = resolve(profile, capability.for_device(device), load_tuned(capability))
+        plan = plan_here(profile, capability or probe(), device)
     if plan.blocking:
-        raise ProfileNotRunnable("the profile cannot run here:\n" + "\n".join(
-            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in plan.blocking))
+        raise ProfileNotRunnable(plan.refusal())
     steps = {s.kind: s for s in plan.steps}
     prepared = []
     for kind in PREPARE:
