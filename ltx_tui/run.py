@@ -68,12 +68,7 @@ def _built_line(built) -> str:
         return f"ltx-tui: {built.model} for {built.stage}: the one built earlier, kept on the device (nothing loaded)"
     head = (f"ltx-tui: {built.model} built for {built.stage}: load {built.load_s:.2f} s"
             + (f", plan applied in {built.apply_s:.2f} s" if built.applied else ", left as LTX-2 built it"))
-    if built.report is None:
-        return head
-    done = [c for c in built.report.changes if c.action not in ("kept", "unused", "pipeline", "no target")]
-    lines = [head] + [f"    {c.option}: {c.action} {c.detail}" for c in done]
-    lines += [f"    warning: {w}" for w in built.report.warnings]
-    return "\n".join(lines)
+    return "\n".join([head] + [f"    {c}" for c in built.changes] + [f"    warning: {w}" for w in built.warnings])
 
 
 def run_main(argv: list[str]) -> int:

@@ -56,6 +56,18 @@ class Built:
     def applied(self) -> bool:
         return self.report is not None or self.kept
 
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """'option: action detail' for each option the plan did something for on this model."""
+        if self.report is None:
+            return ()
+        return tuple(f"{c.option}: {c.action} {c.detail}" for c in self.report.changes
+                     if c.action not in ("kept", "unused", "pipeline", "no target"))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(self.report.warnings) if self.report is not None else ()
+
 
 def is_ltx_model(model: nn.Module) -> bool:
     """LTX-2's DiT (`ltx_core...LTXModel`), checked by class so no import is needed."""

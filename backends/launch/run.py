@@ -258,13 +258,8 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
 
 
 def _model_record(built) -> ModelRecord:
-    changes, warnings = (), ()
-    if built.report is not None:
-        changes = tuple(f"{c.option}: {c.action} {c.detail}" for c in built.report.changes
-                        if c.action not in ("kept", "unused", "pipeline", "no target"))
-        warnings = tuple(built.report.warnings)
     return ModelRecord(built.model, built.stage, round(built.load_s, 4), round(built.apply_s, 4), built.applied,
-                       changes, warnings, built.params, built.kept)
+                       built.changes, built.warnings, built.params, built.kept)
 
 
 def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
