@@ -10,9 +10,10 @@ or as a quoted shell word.
 
 from __future__ import annotations
 
-from backends.config.options import Compile, OffloadMode, Quantization, show_value
+from backends.config.options import Compile, OffloadMode, show_value
 from backends.config.plan import Plan
-from backends.config.rules import LTX2_QUANT_FLAGS, Status
+from backends.config.rules import Status
+from backends.config.values import value
 from backends.machine.text import printable, shell_word
 
 PIPELINE = "ltx_pipelines.distilled"
@@ -47,21 +48,18 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
         env.append("export CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices)))
     elif p.parallel.devices:
         env.append(f"export CUDA_VISIBLE_DEVICES={p.parallel.devices[0]}")
-    q = p.transformer.quantization
-    if multi:
-        if q is not Quantization.FP8_CAST or p.offload.mode is not OffloadMode.NONE:
-            notes.append(f"transformer.quantization = {q}, offload.mode = {p.offload.mode}: the multi-GPU CLI "
-                         "ignores --quantization and --offload (always fp8-cast, no offload)")
-    else:
-        if p.offload.mode is not OffloadMode.NONE:
-            flag("offload.mode", f"--offload {p.offload.mode}")
-        if q in LTX2_QUANT_FLAGS:
-            flag("transformer.quantization", f"--quantization {q}")
-        elif q is not Quantization.NONE:
-            notes.append(f"transformer.quantization = {q}: no ltx-pipelines flag (ltx-tui's runtime applies it)")
+    if not multi:  # LTX-2's multi-GPU CLIs take neither flag (the plan's warning says what they run instead)
+        for option in ("offload.mode", "transformer.quantization"):
+            about = value(option, p.get(option))
+            if about.flag:
+                flag(option, about.flag)
+            elif plan[option].status is Status.ERROR:
+                notes.append(f"{option} = {p.get(option)} left out: {plan[option].message}")
+            elif about.step:
+                notes.append(f"{option} = {p.get(option)}: no ltx-pipelines flag (ltx-tui's runtime applies it)")
     if p.compile.enabled:
         flag("compile.mode", _compile_flag(p.compile))
-    flag("diffvae.mode", f"--diffvae-optimization {p.diffvae.mode}")
+    flag("diffvae.mode", value("diffvae.mode", p.diffvae.mode).flag)
     notes.append(f"memory.max_batch_size = {p.memory.max_batch_size}: --max-batch-size is read only by some pipeline "
                  f"modules (not {PIPELINE} nor the *_mgpu ones); add it where your module reads it")
     no_flag = list(NO_FLAG)

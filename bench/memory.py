@@ -25,6 +25,9 @@ from backends.config import ltx2_shapes as S  # noqa: E402
 from backends.config.ltx2_shapes import RunShapes  # noqa: E402
 from backends.config.memory import GIB, plan_memory  # noqa: E402
 from backends.config.options import Profile  # noqa: E402
+from backends.config.plan import resolve  # noqa: E402
+from backends.machine.capability import probe  # noqa: E402
+from backends.machine.presets import preset  # noqa: E402
 
 PROFILES = {
     "default": {},
@@ -110,11 +113,12 @@ def main() -> None:
         if core is None:
             sys.exit(f"bench/memory.py: {why}")
     print(f"{'stage':<16} {'run':<16} {'profile':<16} {'predicted GiB':>13} {'measured GiB':>12} {'error %':>8}")
+    here = preset("h200") if args.dry_run else probe()  # the predictions are for this machine's plan
     for name in args.profiles.split(","):
         profile = Profile().replace(**PROFILES[name])
         for spec in args.runs.split(","):
             shapes = run_shapes(spec)
-            plan = {s.stage: s for s in plan_memory(profile, shapes, None).stages}
+            plan = {s.stage: s for s in plan_memory(resolve(profile, here), shapes, None).stages}
             for key in args.stages.split(","):
                 predicted = plan[STAGE[key]].peak_bytes
                 measured = None

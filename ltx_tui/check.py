@@ -245,7 +245,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
     plan = resolve(profile, cap, tuned)
     code = plan.exit_code(strict=strict)
-    memory = plan_memory(profile, run, free_bytes(cap, profile)) if run is not None else None
+    memory = plan_memory(plan, run, free_bytes(cap, profile)) if run is not None else None
     if memory is not None and memory.fits is False:
         code = EXIT_ERRORS
     label = profile_path or "the default profile"

@@ -103,6 +103,15 @@ def test_offload_is_ltx2s_and_takes_quantization_and_compile_with_it():
     assert len(p.ltx2_does) == 4
 
 
+@pytest.mark.parametrize("method", ["nvfp4-cast", "nvfp4-prequant"])
+def test_nvfp4_goes_to_ltx2s_loader(method):
+    """Only LTX-2's loader quantizes to NVFP4: the flag goes to LTX-2, the DiT gets no quantize step."""
+    p = flags.policy(ARGS, profile(**{"transformer.quantization": method, "compile.enabled": True}))
+    assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager", "--quantization", method)
+    assert p.dit_steps == ("dense_attention", "compile")
+    assert any("loader" in d for d in p.ltx2_does)
+
+
 # --- the ledger -------------------------------------------------------------------------------
 
 def record(id_: str, module="ltx_pipelines.distilled", seconds=(1.0, 4.0, 2.0), status="ok") -> RunRecord:
@@ -209,19 +218,22 @@ def test_predictions_need_full_size_models_and_count_a_kept_dit():
     from types import SimpleNamespace
 
     from backends.config.ltx2_shapes import RunShapes
-    from backends.config.memory import GIB, dit_weight_bytes, plan_memory
+    from backends.config.memory import GIB, Effective, dit_weight_bytes, plan_memory
+    from backends.config.plan import resolve
     from backends.launch.run import _predictions, full_size_params
+    from backends.machine.presets import preset
 
-    prep = SimpleNamespace(profile=Profile(), shape={"width": 768, "height": 512, "frames": 121})
+    h200 = resolve(Profile(), preset("h200"))
+    prep = SimpleNamespace(profile=Profile(), plan=h200, shape={"width": 768, "height": 512, "frames": 121})
     full = full_size_params()
     built = [SimpleNamespace(model=m, params=n) for m, n in full.items()]
-    plan = {s.stage: s.peak_bytes for s in plan_memory(Profile(), RunShapes(768, 512, 121), None).stages}
+    plan = {s.stage: s.peak_bytes for s in plan_memory(h200, RunShapes(768, 512, 121), None).stages}
     predict = _predictions(prep, built)
     assert predict("upsample", {}) == (round(plan["latent upsampler"] / GIB, 3), "latent upsampler")
     gib, against = predict("upsample", {}, True)
-    assert gib == round((plan["latent upsampler"] + dit_weight_bytes(Profile())) / GIB, 3)
+    assert gib == round((plan["latent upsampler"] + dit_weight_bytes(Effective.of(h200))) / GIB, 3)
     assert "kept DiT" in against
-    half = plan_memory(Profile(), RunShapes(384, 256, 121), None).stages
+    half = plan_memory(h200, RunShapes(384, 256, 121), None).stages
     assert predict("denoise", {"width": 384, "height": 256})[0] == round(
         next(s.peak_bytes for s in half if s.stage == "DiT denoising") / GIB, 3)
     assert predict("audio_decode", {}) == (None, None)

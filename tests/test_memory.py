@@ -6,12 +6,19 @@ import pytest
 from backends.config import memory as M
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
+from backends.config.plan import resolve
+from backends.machine.presets import preset
 
 GIB = 1 << 30
 
 
 def P(**kw):
     return Profile().replace(**{k.replace("__", "."): v for k, v in kw.items()})
+
+
+def on(profile, cap="h200"):
+    """The plan of `profile` on a preset: what the memory plan reads."""
+    return resolve(profile, preset(cap))
 
 
 def test_block_parameters_follow_the_formulas():
@@ -50,7 +57,7 @@ MEASURED = {("chunked_eager", 768, 512): 4.31, ("chunked_eager", 1536, 1024): 17
 
 @pytest.mark.parametrize("mode, w, h", list(MEASURED))
 def test_decode_model_matches_the_h200_measurements(mode, w, h):
-    stage = next(s for s in M.plan_memory(P(diffvae__mode=mode), RunShapes(w, h, 121), None).stages
+    stage = next(s for s in M.plan_memory(on(P(diffvae__mode=mode)), RunShapes(w, h, 121), None).stages
                  if s.stage == "DiffVAE decode")
     predicted = (stage.peak_bytes - M.VAE_PARAMS * M.BF16) / GIB  # act GiB excludes the weights
     assert abs(predicted / MEASURED[mode, w, h] - 1) < 0.04, (predicted, MEASURED[mode, w, h])
@@ -63,7 +70,7 @@ DIT_MEASURED = {("none", 768, 512): 36.42, ("none", 1024, 576): 37.06, ("none", 
 
 @pytest.mark.parametrize("quantization, w, h", list(DIT_MEASURED))
 def test_dit_model_matches_the_h200_measurements(quantization, w, h):
-    stage = next(s for s in M.plan_memory(P(transformer__quantization=quantization), RunShapes(w, h, 121),
+    stage = next(s for s in M.plan_memory(on(P(transformer__quantization=quantization)), RunShapes(w, h, 121),
                                           None).stages if s.stage == "DiT denoising")
     assert abs(stage.peak_bytes / GIB / DIT_MEASURED[quantization, w, h] - 1) < 0.02
 
@@ -72,7 +79,7 @@ def test_dit_weights_follow_quantization_and_offload():
     shapes = RunShapes(768, 512, 121)
 
     def dit(profile):
-        return next(s for s in M.plan_memory(profile, shapes, None).stages if s.stage == "DiT denoising")
+        return next(s for s in M.plan_memory(on(profile), shapes, None).stages if s.stage == "DiT denoising")
 
     bf16, fp8 = dit(P()), dit(P(transformer__quantization="fp8-cast"))
     saved = 48 * 385_875_968  # one byte less per block-linear weight
@@ -83,9 +90,28 @@ def test_dit_weights_follow_quantization_and_offload():
     assert graphs.peak_bytes > bf16.peak_bytes and "CUDA-graph pool" in graphs.detail
 
 
+def test_memory_counts_what_the_plan_runs_not_what_the_profile_asks():
+    """Two GPUs: LTX-2's multi-GPU path runs fp8-cast whatever the profile says (it used to count bf16
+    weights, 36.4 GiB, and offer fp8-cast as the fix); offload drops reduce-overhead's CUDA graphs (it
+    used to double the activations for them: 4.62 instead of 3.31 GiB)."""
+    shapes = RunShapes(768, 512, 121)
+
+    def dit(plan, free=None):
+        memory = M.plan_memory(plan, shapes, free)
+        return next(s for s in memory.stages if s.stage == "DiT denoising"), memory
+
+    two, memory = dit(on(P(parallel__gpus=2), "h100x2"), 20 * GIB)
+    assert round(two.peak_bytes / GIB, 1) == 19.1 and "fp8-cast" in two.detail
+    assert all("fp8-cast" not in change for change, _ in memory.fixes)
+    streamed, _ = dit(on(P(offload__mode="cpu", compile__enabled=True, compile__mode="reduce-overhead")))
+    assert round(streamed.peak_bytes / GIB, 2) == 3.31 and "CUDA-graph pool" not in streamed.detail
+    graphs, _ = dit(on(P(compile__enabled=True, compile__mode="reduce-overhead")))
+    assert "CUDA-graph pool" in graphs.detail
+
+
 def test_verdict_and_ranked_fixes():
     shapes = RunShapes(1536, 1024, 121, batch=2)
-    plan = M.plan_memory(P(diffvae__mode="combined_compile"), shapes, 30 * GIB)
+    plan = M.plan_memory(on(P(diffvae__mode="combined_compile")), shapes, 30 * GIB)
     assert plan.fits is False and plan.verdict().startswith("does not fit: DiffVAE decode needs 28.7 GiB more")
     (together, fits), *single = plan.fixes  # no single fix is enough: the ranked ones together first
     assert " + " in together and fits <= 30 * GIB
@@ -95,9 +121,9 @@ def test_verdict_and_ranked_fixes():
     assert "transformer.quantization = fp8-cast" not in changes  # it does not lower the peak stage
     assert [b for _, b in single] == sorted(b for _, b in single)
     assert all(b < plan.peak.peak_bytes for _, b in plan.fixes)
-    roomy = M.plan_memory(P(), RunShapes(768, 512, 121), 140 * GIB)
+    roomy = M.plan_memory(on(P()), RunShapes(768, 512, 121), 140 * GIB)
     assert roomy.fits and roomy.verdict().startswith("fits with")
-    unknown = M.plan_memory(P(), RunShapes(768, 512, 121), None)
+    unknown = M.plan_memory(on(P()), RunShapes(768, 512, 121), None)
     assert unknown.fits is None and "unknown" in unknown.verdict()
     doc = plan.to_dict()
     assert set(doc) >= {"stages", "peak_bytes", "free_bytes", "fits", "fixes"}
@@ -153,7 +179,7 @@ def test_upsampler_stage_counts_the_video_encoder_ltx2_builds_beside_it():
     from backends.config.ltx2_shapes import RunShapes
     from backends.config.memory import GIB, plan_memory
 
-    stage = next(s for s in plan_memory(Profile(), RunShapes(768, 512, 121), None).stages
+    stage = next(s for s in plan_memory(on(Profile()), RunShapes(768, 512, 121), None).stages
                  if s.stage == "latent upsampler")
     assert abs(stage.peak_bytes / GIB - 1.633) / 1.633 < 0.10
     assert "video encoder" in stage.detail

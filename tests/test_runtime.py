@@ -236,9 +236,35 @@ def test_quantize_linears_filter_and_errors():
     assert names == [f"transformer_blocks.{i}.mlp.{j}" for i in range(2) for j in (0, 2)]
     with pytest.raises(ValueError, match="unknown quantization"):
         quantize_linears(model, "fp4")
-    from backends.runtime.quant import QuantizationUnavailable
-    with pytest.raises(QuantizationUnavailable, match="ltx-kernels"):
-        quantize_linears(model, "nvfp4-cast")
+    with pytest.raises(ValueError, match="unknown quantization 'nvfp4-cast'"):
+        quantize_linears(model, "nvfp4-cast")  # LTX-2's loader's, never ltx-tui's runtime's
+
+
+@pytest.mark.parametrize("method", ["nvfp4-cast", "nvfp4-prequant"])
+def test_loader_only_quantization_refused_before_any_change(method, monkeypatch):
+    """b200 with ltx-kernels importable: the plan warns (only LTX-2's loader runs NVFP4) and
+    apply_profile refuses in its prepare pass, the model untouched (it used to resolve `ok`, install
+    the attention, then crash calling an ltx_kernels function that v1.2.0 does not have)."""
+    import types
+
+    monkeypatch.setitem(__import__("sys").modules, "ltx_kernels", types.ModuleType("ltx_kernels"))
+    plan = resolve(Profile().replace(**{"transformer.quantization": method, "transformer.attention": "sdpa_math",
+                                        "diffvae.na_backend": "eager_sdpa"}), preset("b200"))
+    d = plan["transformer.quantization"]
+    assert d.status.value == "warning" and "only LTX-2's loader" in d.message
+    assert plan.step("quantize").args["loader"] is True
+    model = dense_stack(2, 64, head_dim=32)
+    before = [(type(m), getattr(m, "attention_function", None)) for m in model.modules()]
+    with pytest.raises(ProfileNotRunnable, match=f"ltx-tui run.*--quantization {method}"):
+        apply_profile(model, plan, device="cpu")
+    assert [(type(m), getattr(m, "attention_function", None)) for m in model.modules()] == before
+
+
+def test_fp8_blockwise_is_an_error_not_ok():
+    for pid in ("h100", "b200"):
+        d = resolve(Profile().replace(**{"transformer.quantization": "fp8-blockwise"}), preset(pid))[
+            "transformer.quantization"]
+        assert d.status.value == "error" and "ltx-tui does not run fp8-blockwise" in d.message
 
 
 @pytest.mark.parametrize("cls, bound", [(FP8CastLinear, 0.04), (Int8Linear, 0.02)])

@@ -51,8 +51,8 @@ from dataclasses import dataclass, field, replace
 
 from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
-from backends.config.options import Profile
-from backends.config.rules import CUDA_GRAPH_MODES
+from backends.config.plan import Plan, resolve
+from backends.config.values import value
 
 GIB = 1 << 30
 BF16 = 2
@@ -60,10 +60,7 @@ AUDIO_WIDTH = 2048
 DIT_OUTSIDE_BLOCKS = 300_015_872
 DIT_ACT = 28  # working set of one block, in units of tokens x width x 2 bytes (fitted on the H200)
 VAE_PARAMS = 104_800_000
-VAE_COEF = {"chunked_eager": 5.04, "chunked_compile": 5.04, "combined_compile": 9.28, "blackwell_dsl": 2.5}
 GEMMA = {"hidden": 3840, "layers": 48, "mlp": 15360, "q_heads": 16, "kv_heads": 8, "head_dim": 256, "vocab": 262144}
-ONE_BYTE = {"fp8-cast", "fp8-scaled-mm", "fp8-blockwise", "int8-w8a8"}
-HALF_BYTE = {"nvfp4-cast", "nvfp4-prequant"}
 TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (estimate)
 UPSAMPLER = {"in": 128, "mid": 512, "blocks": 4}  # LatentUpsampler's defaults
 UPSAMPLER_ACT = 6  # working set in units of latent tokens x mid x 2 bytes (estimate)
@@ -142,47 +139,65 @@ def _text_encoder() -> StagePeak:
                      f"{S.TEXT_TOKENS} tokens")
 
 
-def dit_weight_bytes(profile: Profile) -> int:
-    """The DiT's weights on the GPU under `profile` (quantization; with offload only the resident blocks)."""
+@dataclass(frozen=True)
+class Effective:
+    """What the memory plan counts: the values a plan runs, not those its profile asks for (a
+    multi-GPU plan runs fp8-cast whatever the profile says; offload drops CUDA graphs)."""
+
+    quantization: str = "none"
+    offload: str = "none"
+    gpu_slots: int = 2
+    cuda_graphs: bool = False
+    decode: str = "chunked_eager"
+
+    @classmethod
+    def of(cls, plan: Plan) -> Effective:
+        def eff(key: str):  # an option the plan cannot run counts as asked (the plan says it is an error)
+            d = plan[key]
+            return d.effective if d.effective is not None else d.requested
+        compile_step = plan.step("compile")
+        return cls(eff("transformer.quantization"), eff("offload.mode"), plan.profile.offload.gpu_slots,
+                   bool(compile_step and compile_step.args["cudagraphs"]), eff("diffvae.mode"))
+
+
+def dit_weight_bytes(e: Effective) -> int:
+    """The DiT's weights on the GPU (quantization; with offload only the resident blocks)."""
     total, linears = block_params()
-    q = profile.transformer.quantization.value
-    per_linear = 1.0 if q in ONE_BYTE else 0.5 if q in HALF_BYTE else BF16
+    per_linear = value("transformer.quantization", e.quantization).weight_bytes
     block_bytes = int(linears * per_linear + (total - linears) * BF16)
-    offload = profile.offload.mode.value != "none"
-    resident = min(profile.offload.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
+    resident = min(e.gpu_slots, S.DIT_LAYERS) if e.offload != "none" else S.DIT_LAYERS
     return resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
 
 
-def _dit(profile: Profile, shapes: RunShapes) -> StagePeak:
-    q = profile.transformer.quantization.value
-    offload = profile.offload.mode.value != "none"
-    resident = min(profile.offload.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
-    weights = dit_weight_bytes(profile)
+def _dit(e: Effective, shapes: RunShapes) -> StagePeak:
+    offload = e.offload != "none"
+    resident = min(e.gpu_slots, S.DIT_LAYERS) if offload else S.DIT_LAYERS
+    weights = dit_weight_bytes(e)
     tokens = shapes.batch * shapes.dit_tokens
     act = tokens * shapes.dit_width * BF16 * DIT_ACT
-    graphs = profile.compile.enabled and (profile.compile.mode in CUDA_GRAPH_MODES or profile.compile.capture)
-    if graphs:
+    if e.cuda_graphs:
         act *= 2
-    where = f"{resident} of {S.DIT_LAYERS} blocks resident ({profile.offload.mode.value} offload)" if offload \
+    where = f"{resident} of {S.DIT_LAYERS} blocks resident ({e.offload} offload)" if offload \
         else f"{S.DIT_LAYERS} blocks resident"
     return StagePeak("DiT denoising", weights + act,
-                     f"weights {weights / GIB:.1f} GiB ({q}; {where}) + activations {act / GIB:.1f} GiB "
-                     f"({tokens} tokens x {shapes.dit_width}{', x2 for the CUDA-graph pool' if graphs else ''})")
+                     f"weights {weights / GIB:.1f} GiB ({e.quantization}; {where}) + activations {act / GIB:.1f} GiB "
+                     f"({tokens} tokens x {shapes.dit_width}{', x2 for the CUDA-graph pool' if e.cuda_graphs else ''})")
 
 
-def _decode(profile: Profile, shapes: RunShapes, tiles: int = 1) -> StagePeak:
-    mode = profile.diffvae.mode.value
+def _decode(e: Effective, shapes: RunShapes, tiles: int = 1) -> StagePeak:
+    mode = e.decode
+    coef = value("diffvae.mode", mode).decode_coef
     stages = {s.name: s for s in shapes.na_stages()}
     stage4, stage5 = stages["stage 4"], stages["stage 5"]
     feature = stage4.tokens * S.VAE_STAGE_CHANNELS[3] * BF16 * shapes.batch
     accumulator = shapes.height * shapes.width * 2 * shapes.frames * 3 * BF16 * shapes.batch
     tokens = stage5.tokens * shapes.batch * (1 if tiles == 1 else TILE_HALO / tiles)
-    work = int(tokens * S.VAE_STAGE5[0] * BF16 * VAE_COEF[mode])
+    work = int(tokens * S.VAE_STAGE5[0] * BF16 * coef)
     weights = VAE_PARAMS * BF16
     tiled = f" in {tiles} spatial tiles" if tiles > 1 else ""
     return StagePeak("DiffVAE decode", weights + feature + accumulator + work,
                      f"{mode}{tiled}: stage-5 {int(tokens)} tokens x {S.VAE_STAGE5[0]} ch x coef "
-                     f"{VAE_COEF[mode]:g} ({work / GIB:.1f} GiB) + stage-4 feature {feature / GIB:.2f} GiB + "
+                     f"{coef:g} ({work / GIB:.1f} GiB) + stage-4 feature {feature / GIB:.2f} GiB + "
                      f"accumulator {accumulator / GIB:.2f} GiB + weights {weights / GIB:.2f} GiB")
 
 
@@ -197,57 +212,61 @@ def _upsampler(shapes: RunShapes) -> StagePeak:
                      f"({act / GIB:.2f} GiB, estimate)")
 
 
-def _stages(profile: Profile, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
-    return _text_encoder(), _dit(profile, shapes), _upsampler(shapes), _decode(profile, shapes, tiles)
+def _stages(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
+    return _text_encoder(), _dit(e, shapes), _upsampler(shapes), _decode(e, shapes, tiles)
 
 
-# fixes: what to change -> (profile, shapes, decode tiles)
+# fixes: what to change in the profile -> (changed options, other shapes, decode tiles); each is
+# planned again, so a fix the plan would not run (or already runs) lowers nothing and is not offered
 FIXES = (
-    ("transformer.quantization = fp8-cast",
-     lambda p, s: (p.replace(**{"transformer.quantization": "fp8-cast"}), s, 1)),
-    ("offload.mode = cpu (gpu_slots 2)",
-     lambda p, s: (p.replace(**{"offload.mode": "cpu", "offload.gpu_slots": 2}), s, 1)),
-    ("diffvae.mode = chunked_eager", lambda p, s: (p.replace(**{"diffvae.mode": "chunked_eager"}), s, 1)),
-    ("tiled decode, 2x2 spatial tiles (LTX-2's decode tiling)", lambda p, s: (p, s, 4)),
-    ("batch 1", lambda p, s: (p, replace(s, batch=1), 1)),
+    ("transformer.quantization = fp8-cast", lambda s: ({"transformer.quantization": "fp8-cast"}, s, 1)),
+    ("offload.mode = cpu (gpu_slots 2)", lambda s: ({"offload.mode": "cpu", "offload.gpu_slots": 2}, s, 1)),
+    ("diffvae.mode = chunked_eager", lambda s: ({"diffvae.mode": "chunked_eager"}, s, 1)),
+    ("tiled decode, 2x2 spatial tiles (LTX-2's decode tiling)", lambda s: ({}, s, 4)),
+    ("batch 1", lambda s: ({}, replace(s, batch=1), 1)),
 )
 
 
-def plan_memory(profile: Profile, shapes: RunShapes, free_bytes: int | None) -> MemoryPlan:
-    """The per-stage peaks of `profile` at `shapes`, and the fixes that lower the peak, best first."""
-    stages = _stages(profile, shapes)
+def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> MemoryPlan:
+    """The per-stage peaks of what `plan` runs at `shapes`, and the fixes that lower the peak, best first."""
+    stages = _stages(Effective.of(plan), shapes)
     peak = max(s.peak_bytes for s in stages)
     fixes = []
-    for change, apply in FIXES:
-        p, s, tiles = apply(profile, shapes)
-        if (p, s, tiles) == (profile, shapes, 1):
-            continue
-        new = max(x.peak_bytes for x in _stages(p, s, tiles))
+    for change, fix in FIXES:
+        values, s, tiles = fix(shapes)
+        new = _peak(plan, values, s, tiles)
         if new < peak:
             fixes.append((change, new))
     fixes.sort(key=lambda f: f[1])
     if free_bytes is not None and peak > free_bytes and fixes and fixes[0][1] > free_bytes:
-        fixes.insert(0, _combined(profile, shapes, free_bytes))
+        fixes.insert(0, _combined(plan, shapes, free_bytes))
     return MemoryPlan(shapes, stages, free_bytes, tuple(fixes))
 
 
-def _combined(profile: Profile, shapes: RunShapes, free_bytes: int) -> tuple[str, int]:
+def _peak(plan: Plan, values: dict, shapes: RunShapes, tiles: int) -> int:
+    """The peak with `values` changed in the profile, planned again on the same machine."""
+    changed = resolve(plan.profile.replace(**values), plan.capability, plan.tuned) if values else plan
+    return max(x.peak_bytes for x in _stages(Effective.of(changed), shapes, tiles))
+
+
+def _combined(plan: Plan, shapes: RunShapes, free_bytes: int) -> tuple[str, int]:
     """No single fix is enough: fixes applied together, each time the one that lowers the peak
     most, until the run fits (or no fix helps any more)."""
-    state, taken = (profile, shapes, 1), []
-    peak = max(x.peak_bytes for x in _stages(*state))
+    values: dict = {}
+    state, taken = (shapes, 1), []
+    peak = _peak(plan, values, *state)
     while peak > free_bytes:
         best = None
-        for change, apply in FIXES:
+        for change, fix in FIXES:
             if change in taken:
                 continue
-            p, s, tiles = apply(state[0], state[1])
-            option = (p, s, max(tiles, state[2]))
-            new = max(x.peak_bytes for x in _stages(*option))
+            more, s, tiles = fix(state[0])
+            option = ({**values, **more}, s, max(tiles, state[1]))
+            new = _peak(plan, *option)
             if new < peak and (best is None or new < best[2]):
                 best = (change, option, new)
         if best is None:
             break
         taken.append(best[0])
-        state, peak = best[1], best[2]
+        values, state, peak = best[1][0], best[1][1:], best[2]
     return " + ".join(taken), peak

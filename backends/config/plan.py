@@ -2,8 +2,9 @@
 
 `resolve(profile, capability)` decides every option (`backends.config.rules`) and turns the
 effective values into runtime steps (`Step`s): which callable goes on which modules with which
-arguments. `--check`, the app, `apply_profile`, the smoke checks and `--ltx-args` all read the
-plan; none of them decides anything again.
+arguments. `plan_here` is the plan for this machine's device (its tune cache included), which
+`--check`, the app, `apply_profile`, the smoke checks and the launcher use; the memory plan,
+`--ltx-args` and the smoke workers read a plan's decisions and steps rather than the profile.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
+from backends.config.values import LOADER, value
 from backends.machine.capability import Capability
 from backends.machine.tuned import Tuned
 
@@ -110,7 +112,7 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                   ("memory.expandable_segments",))]
     mode, na, kernel = d["diffvae.mode"], d["diffvae.na_backend"], d["diffvae.natten_kernel"]
     if _runs(mode):
-        compiled = mode.effective in ("chunked_compile", "combined_compile", "blackwell_dsl")
+        compiled = value("diffvae.mode", mode.effective).compiled
         steps.append(Step("diffvae_layout", {"mode": mode.effective, "compile": compiled},
                           f"LTX-2 DiffusionVideoDecoder: {mode.effective} layout (LTX-2's own apply_diffvae_config)"
                           + (", blocks compiled" if compiled else ""), ("diffvae.mode",)))
@@ -127,8 +129,11 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                           "masked slot where it can mask) on every module with attention_function and heads",
                           ("transformer.attention",)))
     q, scope = d["transformer.quantization"], profile.transformer.quantization_scope.value
-    if _runs(q) and q.effective != "none":
-        steps.append(Step("quantize", {"method": q.effective, "scope": scope},
+    if _runs(q) and value("transformer.quantization", q.effective).step:
+        loader = value("transformer.quantization", q.effective).runner == LOADER
+        steps.append(Step("quantize", {"method": q.effective, "scope": scope, "loader": loader},
+                          f"{q.effective}: LTX-2's loader quantizes while it builds the DiT (--quantization "
+                          f"{q.effective}, passed by `ltx-tui run`); apply_profile refuses a built model" if loader else
                           f"{q.effective} replaces the nn.Linear in scope {scope} that it can run",
                           ("transformer.quantization", "transformer.quantization_scope")))
     o = d["offload.mode"]
@@ -142,7 +147,7 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
     keys = ("compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic", "compile.capture")
     if _runs(c) and c.effective and all(d[k].status is not Status.ERROR for k in keys):
         args = {k.split(".")[1]: d[k].effective for k in keys}
-        args["cudagraphs"] = args["mode"] in ("reduce-overhead", "max-autotune") or bool(args["capture"])
+        args["cudagraphs"] = value("compile.mode", args["mode"]).cuda_graphs or bool(args["capture"])
         steps.append(Step("compile", args, "torch.compile per transformer block: " + ", ".join(
             f"{k}={v}" for k, v in args.items()) + ("; a CUDA-graph step is marked at each model forward"
                                                     if args["cudagraphs"] else ""), ("compile.enabled", *keys)))

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from backends.machine.capability import GPU, Availability, Capability
 from backends.machine.tuned import Tuned
+from backends.config.values import LOADER, NOBODY, VALUES, value
 from backends.config.options import (
     Attention,
     CompileBackend,
@@ -213,9 +214,7 @@ def _natten_why(f: Facts) -> str:
 # --- The NA backend order (the one place `auto` is decided) ---------------------------------
 
 NA_FALLBACK_ORDER = (NABackend.NATTEN, NABackend.TRITON, NABackend.EAGER_SDPA)  # LTX-2's own order
-NA_RULE = {NABackend.NATTEN: "natten.usable", NABackend.TRITON: "triton.na"}
-NA_GOOD = {NABackend.NATTEN: "natten runs here", NABackend.TRITON: "ltx-tui's fused Triton NA kernel",
-           NABackend.EAGER_SDPA: "tiled eager SDPA, runs on any device"}
+NA_RULE = {b: value("diffvae.na_backend", b).needs[0] for b in NA_FALLBACK_ORDER if value("diffvae.na_backend", b).needs}
 
 
 def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:
@@ -266,12 +265,9 @@ def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
     return f.cuda and f.sm >= sm
 
 
-CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
-NO_GRAPH_MODE = {CompileMode.REDUCE_OVERHEAD: CompileMode.DEFAULT,
-                 CompileMode.MAX_AUTOTUNE: CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS}
-LTX2_QUANT_FLAGS = (Quantization.FP8_CAST, Quantization.FP8_SCALED_MM, Quantization.NVFP4_CAST,
-                    Quantization.NVFP4_PREQUANT)
-OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)
+CUDA_GRAPH_MODES = tuple(m for m in CompileMode if value("compile.mode", m).cuda_graphs)
+LTX2_QUANT_FLAGS = tuple(q for q in Quantization if value("transformer.quantization", q).flag)
+OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
 DSL_SMS = ((10, 0), (10, 1), (10, 3))
 SEQUENCE_PARALLEL_HEADS = 32
 
@@ -336,6 +332,16 @@ _RULES: tuple[Rule, ...] = (
          lambda f: f"nvfp4 needs SM major >= 10 (here: {f.sm_text}) and ltx-kernels' nvfp4 build ("
          + ("present" if f.ltx_part("nvfp4") else "missing") + ")",
          "use fp8-cast / fp8-scaled-mm, or a Blackwell GPU with ltx-kernels built with nvfp4"),
+    Rule("quant.runs", lambda f: value("transformer.quantization", f.profile.transformer.quantization).runner != NOBODY,
+         lambda f: f"ltx-tui does not run {f.profile.transformer.quantization}: "
+         + value("transformer.quantization", f.profile.transformer.quantization).text,
+         "use fp8-scaled-mm (row-wise FP8 scales, SM >= 8.9) or fp8-cast"),
+    Rule("quant.loader-only",
+         lambda f: value("transformer.quantization", f.profile.transformer.quantization).runner != LOADER,
+         lambda f: f"only LTX-2's loader applies {f.profile.transformer.quantization} (while it builds the DiT): "
+         f"`ltx-tui run` passes --quantization {f.profile.transformer.quantization} to LTX-2; apply_profile on a "
+         "built model refuses it before changing anything",
+         "run through `ltx-tui run` or LTX-2's own CLI; to quantize a built model use fp8-scaled-mm"),
     Rule("quant.fp8-blockwise",
          lambda f: f.cuda and (f.sm in ((8, 9), (9, 0)) or f.sm[0] in (10, 12)) and f.has("ltx_kernels"),
          lambda f: f"fp8-blockwise needs ltx-kernels ({'present' if f.has('ltx_kernels') else 'missing'}) "
@@ -493,7 +499,7 @@ class _Resolver:
                 if not usable.available:
                     chain.append(Step(backend.value, usable.reason))
                     continue
-                chain.append(Step(backend.value, f"auto ({why_first}): {NA_GOOD[backend]}"))
+                chain.append(Step(backend.value, f"auto ({why_first}): {value(key, backend).text}"))
                 self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in order if b in NA_RULE])
                 return
             self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].fix(self.f))
@@ -506,7 +512,7 @@ class _Resolver:
                 chain.append(Step(backend.value, usable.reason))
                 fired.append(NA_RULE[backend])
                 continue
-            chain.append(Step(backend.value, NA_GOOD[backend]))
+            chain.append(Step(backend.value, value(key, backend).text))
             if not fired:
                 self.put(key, backend, Status.OK, chain, [r for r in (NA_RULE.get(backend),) if r])
             else:
@@ -551,12 +557,10 @@ class _Resolver:
         key = "diffvae.mode"
         mode = self.p.diffvae.mode
         na = self.out["diffvae.na_backend"].effective
-        if mode is DiffVAEMode.BLACKWELL_DSL:
-            self.require(key, ["diffvae.blackwell-dsl"], "Blackwell DSL decoder kernels")
+        if value(key, mode).needs:
+            self.require(key, value(key, mode).needs, value(key, mode).text)
             return
-        reason = {DiffVAEMode.CHUNKED_EAGER: "chunked decode, eager",
-                  DiffVAEMode.CHUNKED_COMPILE: f"chunked decode, compiled with the {na or '?'} NA inside the graph",
-                  DiffVAEMode.COMBINED_COMPILE: f"combined decode, compiled with the {na or '?'} NA inside the graph"}[mode]
+        reason = value(key, mode).text.replace("the NA", f"the {na or '?'} NA")
         ltx2_only = [r for r in ("diffvae.compile-off", "diffvae.combined-needs-natten") if not RULES[r].holds(self.f)]
         if na is not None and ltx2_only:
             self.warn(key, ltx2_only[0], reason=reason)
@@ -566,9 +570,7 @@ class _Resolver:
     def attention(self) -> None:
         key = "transformer.attention"
         a = self.p.transformer.attention
-        rule_of = {Attention.FA3: "attention.fa3", Attention.FA4: "attention.fa4",
-                   Attention.SDPA_CUDNN: "attention.sdpa_cudnn", Attention.SDPA_FLASH: "attention.sdpa_flash",
-                   Attention.SDPA_EFFICIENT: "attention.sdpa_efficient", Attention.MPS_SDPA: "attention.mps"}
+        rule_of = {Attention(v): d.needs[0] for v, d in VALUES[key].items() if d.needs}
         if a is Attention.AUTOMATIC:
             sm = self.f.sm
             order = [Attention.SDPA_CUDNN, Attention.SDPA_FLASH, Attention.SDPA_EFFICIENT, Attention.SDPA_MATH]
@@ -591,8 +593,7 @@ class _Resolver:
         elif a in rule_of:
             self.require(key, [rule_of[a]], f"{a} available")
         else:
-            self.ok(key, "plain PyTorch attention runs anywhere" if a is Attention.PYTORCH
-                    else "SDPA math backend runs anywhere")
+            self.ok(key, value(key, a).text)
 
     def quantization(self) -> None:
         self._quantization()
@@ -614,15 +615,9 @@ class _Resolver:
             else:
                 self.warn(key, "parallel.ignores-quant-offload", Quantization.FP8_CAST, f"requested {q}")
             return
-        rules = {Quantization.FP8_SCALED_MM: ["quant.fp8-scaled-mm"], Quantization.NVFP4_CAST: ["quant.nvfp4"],
-                 Quantization.NVFP4_PREQUANT: ["quant.nvfp4"], Quantization.FP8_BLOCKWISE: ["quant.fp8-blockwise"],
-                 Quantization.INT8_W8A8: ["quant.int8-w8a8"]}.get(q, [])
-        reason = {Quantization.NONE: "weights kept in their dtype",
-                  Quantization.FP8_CAST: "float8_e4m3fn weights upcast in forward (any device)",
-                  Quantization.FP8_SCALED_MM: "torch._scaled_mm FP8 GEMMs (LTX-2 needs an FP8 checkpoint)",
-                  Quantization.INT8_W8A8: "ltx-tui's Triton int8 GEMM with dynamic per-row activation scales",
-                  }.get(q, f"{q} kernels from ltx-kernels")
-        self.require(key, rules, reason)
+        about = value(key, q)
+        if self.require(key, about.needs, about.text) and about.runner == LOADER:
+            self.warn(key, "quant.loader-only", reason=about.text)
 
     def sparse(self) -> None:
         s = self.p.transformer.sparse_attention
@@ -630,8 +625,8 @@ class _Resolver:
             self.ok("transformer.sparse_attention", "dense attention")
             self.unused("transformer.sla_topk", "sparse_attention is none")
         else:
-            self.require("transformer.sparse_attention", ["sparse.sla" if s is SparseAttention.SLA else "sparse.sagesla"],
-                         f"TurboDiffusion {s}")
+            self.require("transformer.sparse_attention", value("transformer.sparse_attention", s).needs,
+                         value("transformer.sparse_attention", s).text)
             self.ok("transformer.sla_topk", f"keep the top {self.p.transformer.sla_topk:g} of blocks")
         self.ok("transformer.fast_norm", "fused norms" if self.p.transformer.fast_norm else "plain norms")
 
@@ -646,7 +641,7 @@ class _Resolver:
         self.ok("compile.enabled", "torch.compile per transformer block")
         f = self.f
         streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
-        for key, value, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
+        for key, asked, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
                                    ("compile.capture", c.capture, c.capture)):
             if not graphs:
                 self.ok(key, f"{c.mode} (no CUDA graphs)" if key == "compile.mode" else "no CUDA graph capture")
@@ -654,14 +649,14 @@ class _Resolver:
                 continue
             elif streamed:
                 rule = RULES["compile.cuda-graphs-streamed"]
-                plain = NO_GRAPH_MODE[c.mode] if key == "compile.mode" else False
-                self.put(key, plain, Status.FALLBACK, [Step(_plain(value), "CUDA graphs"),
+                plain = CompileMode(value(key, c.mode).without_graphs) if key == "compile.mode" else False
+                self.put(key, plain, Status.FALLBACK, [Step(_plain(asked), "CUDA graphs"),
                                                        Step(_plain(plain), rule.message(f))],
                          [rule.id], rule.message(f), rule.fix(f))
             elif not RULES["compile.cuda-graphs-single-gpu"].holds(f):
-                self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(value)} (CUDA graphs)")
+                self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(asked)} (CUDA graphs)")
             else:
-                self.ok(key, f"{_plain(value)} (CUDA graphs)", rules=["compile.cuda-graphs-cuda"])
+                self.ok(key, f"{_plain(asked)} (CUDA graphs)", rules=["compile.cuda-graphs-cuda"])
         if c.backend is CompileBackend.INDUCTOR:
             self.require("compile.backend", ["compile.inductor-triton"], "inductor")
         elif c.backend is CompileBackend.CUDAGRAPHS:

@@ -11,6 +11,7 @@ it: what LTX-2 must do itself is added back from the profile (`ltx_argv`), once:
   LTX-2 also applies fp8-cast and compile at load (its streaming path applies them to the meta
   model; ltx-tui's runtime cannot replace the linears or blocks of a streamed model), so those go
   to LTX-2 as `--quantization fp8-cast` / `--compile ...` too;
+- NVFP4 (`nvfp4-cast`, `nvfp4-prequant`) only LTX-2's loader applies: `--quantization` goes to it;
 - otherwise ltx-tui's runtime applies quantization and compile to the loaded DiT, and its
   DiffVAE layout to the decoder (LTX-2's `diffvae_mode_*` op is taken off the decoder's builder;
   `--diffvae-optimization MODE` is still passed so LTX-2 sizes its decode tiles for that layout);
@@ -26,6 +27,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from backends.config.options import Compile, OffloadMode, Profile, Quantization
+from backends.config.values import LOADER, value
 
 FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
 # LTX-2's --compile keys that the profile has no option for.
@@ -197,6 +199,10 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
             ltx2_does.append(f"compile: LTX-2's compile op on the streamed model ({' '.join(flag)})")
         if profile.offload.gpu_slots != 2 or profile.offload.prefetch != 2:
             notes.append("offload.gpu_slots / offload.prefetch: LTX-2's streaming builder uses its own (2 GPU slots)")
+    elif value("transformer.quantization", q).runner == LOADER:
+        ltx_argv += ["--quantization", str(q)]
+        ltx2_does.append(f"transformer.quantization = {q}: LTX-2's loader policy (--quantization {q})")
+        dit_steps += ["compile"]
     else:
         dit_steps += ["quantize", "compile"]
     if n != 1:

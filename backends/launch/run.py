@@ -230,7 +230,7 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
     """The memory plan's peak for a stage, when the models the run built are the sizes it counts
     (plus the DiT's weights while the launcher keeps it on the device for a later stage)."""
     from backends.config.ltx2_shapes import RunShapes
-    from backends.config.memory import GIB, dit_weight_bytes, plan_memory
+    from backends.config.memory import GIB, Effective, dit_weight_bytes, plan_memory
 
     full = full_size_params()
 
@@ -250,9 +250,9 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
             shapes = RunShapes(shape["width"], shape["height"], shape["frames"])
         except ValueError as e:
             return None, f"no prediction: {e}"
-        stage = next(s for s in plan_memory(prep.profile, shapes, None).stages if s.stage == name)
+        stage = next(s for s in plan_memory(prep.plan, shapes, None).stages if s.stage == name)
         if with_kept_dit:
-            return round((stage.peak_bytes + dit_weight_bytes(prep.profile)) / GIB, 3), f"{name} + the kept DiT's weights"
+            return round((stage.peak_bytes + dit_weight_bytes(Effective.of(prep.plan))) / GIB, 3), f"{name} + the kept DiT's weights"
         return round(stage.peak_bytes / GIB, 3), name
     return predict
 

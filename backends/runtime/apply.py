@@ -243,8 +243,10 @@ def _require_import(module: str, what: str) -> None:
 
 def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
     method, scope = step.args["method"], step.args["scope"]
-    if method in ("nvfp4-cast", "nvfp4-prequant", "fp8-blockwise"):
-        _require_import("ltx_kernels", f"transformer.quantization {method}")
+    if step.args.get("loader"):
+        raise ProfileNotRunnable(f"transformer.quantization = {method}: only LTX-2's loader applies it, while it builds "
+                                 f"the DiT; apply_profile cannot quantize a built model with it (fix: run through "
+                                 f"`ltx-tui run`, which passes --quantization {method} to LTX-2, or use fp8-scaled-mm)")
     qplan = plan_quantization(model, method, scope, include)
 
     def apply(model, report):

@@ -12,8 +12,8 @@ and is listed with the reason.
   `torch._scaled_mm` (SM >= 8.9); `scales="tensor"` uses one scale per tensor instead.
 - `int8-w8a8`: int8 weights (per-channel scales) and dynamic per-row int8 activations, on
   ltx-tui's Triton int8 GEMM (plain torch on the CPU).
-- `nvfp4-*`, `fp8-blockwise`: ltx-kernels' implementations when importable, else an error
-  with the rule's message.
+NVFP4 is LTX-2's loader's (its `--quantization nvfp4-*` policies act while the model is built),
+and nothing here runs fp8-blockwise: `backends.config.values` says so for the plan.
 """
 
 from __future__ import annotations
@@ -123,25 +123,10 @@ class Int8Linear(_QuantLinear):
         return y.to(x.dtype).reshape(*lead, self.out_features)
 
 
-def _ltx_kernels_linear(method: str) -> Callable[[nn.Linear], nn.Module]:
-    def build(linear: nn.Linear) -> nn.Module:
-        mod, why = import_optional("ltx_kernels")
-        if mod is None:
-            raise QuantizationUnavailable(f"{method} needs ltx-kernels, which is not importable ({why})")
-        factory = getattr(mod, "quantized_linear", None)
-        if factory is None:
-            raise QuantizationUnavailable(f"{method}: this ltx_kernels has no quantized_linear()")
-        return factory(linear, method)
-    return build
-
-
 BUILDERS: dict[str, Callable[[nn.Linear], nn.Module]] = {
     "fp8-cast": FP8CastLinear,
     "fp8-scaled-mm": FP8ScaledMMLinear,
     "int8-w8a8": Int8Linear,
-    "nvfp4-cast": _ltx_kernels_linear("nvfp4-cast"),
-    "nvfp4-prequant": _ltx_kernels_linear("nvfp4-prequant"),
-    "fp8-blockwise": _ltx_kernels_linear("fp8-blockwise"),
 }
 
 
