@@ -325,7 +325,7 @@ class LtxTuiApp(App):
             return
         self.decisions = resolve(self.profile, self.capability, self._tuned_here())
         self.query_one(OptionsList).show(self.profile, self.decisions)
-        self.query_one(MemoryBars).show(plan_memory(self.profile, self.run_shapes, free_bytes(self.capability,
+        self.query_one(MemoryBars).show(plan_memory(self.decisions, self.run_shapes, free_bytes(self.capability,
                                                                                                self.profile)))
         self.query_one(ResolutionView).show(self.decisions)
         self._update_title()
