@@ -3,11 +3,11 @@
 `plan_checks(plan)` lists one check per runtime step the plan takes on this machine (plus an NCCL
 all-reduce for multi-GPU). A check runs in a fresh interpreter (`python -m backends.smoke SPEC`),
 in its own process group, so a hung CUDA call or a forked child cannot outlive its timeout:
-on timeout or cancel the whole group is killed. The worker resolves the profile again on its
-machine, checks that the plan's step is the one it was asked to check, applies just that step
-with `apply_profile` (the function users call) to a probe model, and compares with the model as
-it was. Probe models are LTX-2's own modules in small configurations when ltx-core is importable
-(`runtime.ltx2`), else ltx-tui's protocol-compatible ones, at awkward (odd, non-square) sizes.
+on timeout or cancel the whole group is killed. The worker applies the step it was sent (as
+planned: `plan_here`, the tune cache included) with `apply_profile` (the function users call) to
+a probe model and compares with the model as it was, within the bound of the step's value
+(`config.values`); where its own plan differs, it says so. Probe models are LTX-2's own modules
+in small configurations when ltx-core is importable (`runtime.ltx2`), else ltx-tui's protocol-compatible ones, at awkward (odd, non-square) sizes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from backends.config.plan import Plan
+from backends.config.plan import Plan, Step, first_device
 from backends.config.rules import Status
+from backends.config.values import step_bound
 from backends.machine.worker import run_worker
 
 DEFAULT_TIMEOUT = 120.0
@@ -56,19 +57,28 @@ def plan_checks(plan: Plan) -> list[CheckSpec]:
     from backends.config.profile import to_data
 
     profile = to_data(plan.profile)
-    device = f"cuda:{(plan.profile.parallel.devices or (0,))[0]}" if plan.capability.cuda else "cpu"
+    device = first_device(plan.profile, plan.capability)
     names = {"diffvae_layout": lambda a: f"diffvae {a['mode']}",
              "na_backend": lambda a: f"na3d {a['backend']}",
              "dense_attention": lambda a: f"attention {a['name']}",
              "quantize": lambda a: f"linear {a['method']}",
              "offload": lambda a: f"offload {a['mode']} round trip",
              "compile": lambda a: f"compiled blocks ({a['mode']})"}
-    specs = [CheckSpec(names[s.kind](s.args), s.kind, device, {"profile": profile, "args": dict(s.args)})
-             for s in plan.steps if s.kind in names]
+    effective = {d.option: d.effective for d in plan}
+    runnable = [s for s in plan.steps if s.kind in names and not s.args.get("loader")]  # NVFP4: LTX-2's loader's
+    specs = [CheckSpec(names[s.kind](s.args), s.kind, device,
+                       {"profile": profile, "steps": [_step_data(x) for x in plan.steps if x is s or
+                                                      (s.kind == "diffvae_layout" and x.kind == "na_backend")],
+                        "bound": asdict(step_bound(s.options, effective))})
+             for s in runnable]
     if plan.profile.parallel.gpus > 1 and plan["parallel.gpus"].status is not Status.ERROR:
         devices = list(plan.profile.parallel.devices or range(plan.profile.parallel.gpus))
         specs.append(CheckSpec(f"nccl all-reduce x{len(devices)}", "nccl", device, {"devices": devices}))
     return specs
+
+
+def _step_data(step: Step) -> dict:
+    return {"kind": step.kind, "args": dict(step.args), "text": step.text, "options": list(step.options)}
 
 
 def worker_command(spec: CheckSpec) -> list[str]:
@@ -188,7 +198,10 @@ class _Probe:
             return model(*self.args)
 
 
-def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple[float, float, str]:
+def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bound: dict
+                ) -> tuple[float, float, str]:
+    """Run the steps sent (the first is the one checked) on a probe model, as planned where the
+    check was planned; a note says where this machine's own plan differs."""
     import copy
 
     import torch
@@ -199,11 +212,12 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
     from backends.runtime.apply import apply_profile, find_blocks
 
     profile, _ = parse(profile_data)
-    cap = probe()
-    plan = plan_here(profile, cap, device)  # as --check resolved it here
-    step = plan.step(kind)
-    if step is None or dict(step.args) != args:
-        raise RuntimeError(f"this machine's plan has {dict(step.args) if step else 'no'} {kind} step, not {args}")
+    steps = tuple(Step(d["kind"], d["args"], d["text"], tuple(d["options"])) for d in sent)
+    step, args = steps[0], steps[0].args
+    plan = plan_here(profile, probe(), device)
+    own = plan.step(kind)
+    differs = "" if own is not None and dict(own.args) == dict(args) else \
+        f" (note: this machine's plan now has {dict(own.args) if own else 'no'} {kind} step)"
     probe_model = _Probe(kind, device)
     model = probe_model.model
     reference = copy.deepcopy(model)
@@ -226,7 +240,6 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
                 m.attention_function = m.masked_attention_function = DenseFunction("sdpa_math")
     reference.to(device)
     ref = probe_model.run(reference)
-    steps = tuple(s for s in plan.steps if s.kind == kind or (kind == "diffvae_layout" and s.kind == "na_backend"))
     report = apply_profile(model, _only(plan, steps), device=device)
     first = probe_model.run(model)
     second = probe_model.run(model)  # a second forward: prefetch wrap-around, CUDA-graph replay
@@ -238,10 +251,9 @@ def _check_step(kind: str, device: str, profile_data: dict, args: dict) -> tuple
         raise RuntimeError("no linear was replaced")
     if kind in ("compile", "offload") and not find_blocks(model)[1]:
         raise RuntimeError("the probe model has no blocks")
-    fp32 = probe_model.dtype == torch.float32
-    bound = {"quantize": 0.1, "compile": 2e-2 if not fp32 else 1e-3, "offload": 0.0}.get(kind, 3e-2 if not fp32 else 1e-4)
+    limit = bound["fp32"] if probe_model.dtype == torch.float32 else bound["half"]
     where = ", ".join(f"{n} {k}" for k, n in changed.items())
-    return err, bound, f"on {probe_model.label}" + (f": {where}" if where else "")
+    return err, limit, f"on {probe_model.label}" + (f": {where}" if where else "") + differs
 
 
 def _only(plan, steps):
@@ -311,7 +323,7 @@ def _worker(spec: dict) -> dict:
         if kind == "nccl":
             err, bound, where = _check_nccl(params["devices"])
         else:
-            err, bound, where = _check_step(kind, device, params["profile"], params["args"])
+            err, bound, where = _check_step(kind, device, params["profile"], params["steps"], params["bound"])
     except Exception as e:  # the row says what broke
         return {"status": "error", "max_error": None, "message": f"{type(e).__name__}: {e}"}
     ok = err <= bound

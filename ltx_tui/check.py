@@ -23,7 +23,7 @@ from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
-from backends.config.plan import resolve
+from backends.config.plan import plan_here
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
 
@@ -194,7 +194,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
     profile, warnings, cap, cap_warnings = loaded
     for w in warnings + cap_warnings:
         print(w, file=stderr)
-    stdout.write(explain(key, resolve(profile, cap, load_tuned(cap))))
+    stdout.write(explain(key, plan_here(profile, cap)))
     return EXIT_OK
 
 
@@ -243,7 +243,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
         return loaded
     profile, warnings, cap, cap_warnings = loaded
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
-    plan = resolve(profile, cap, tuned)
+    plan = plan_here(profile, cap)
     code = plan.exit_code(strict=strict)
     memory = plan_memory(plan, run, free_bytes(cap, profile)) if run is not None else None
     if memory is not None and memory.fits is False:
@@ -277,7 +277,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     results = []
     if smoke:
         live = capmod.probe() if capability else None
-        here = resolve(profile, live, load_tuned(live)) if live else plan
+        here = plan_here(profile, live) if live else plan
         specs = smokemod.plan_checks(here)
         if not as_json:
             note = (f" (planned for this machine: --capability {capability} describes another one)"

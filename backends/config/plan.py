@@ -162,12 +162,19 @@ def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None
     return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned)
 
 
-def plan_here(profile: Profile, capability: Capability, device: Any) -> Plan:
-    """The plan of `profile` for tensors on `device` of this machine (`capability` probed live),
-    `auto` following this machine's `--tune` measurements, as `--check` resolves it."""
+def first_device(profile: Profile, capability: Capability) -> str:
+    """Where the runtime puts the profile's model on this machine: its first GPU, or the CPU."""
+    return f"cuda:{(profile.parallel.devices or (0,))[0]}" if capability.cuda else "cpu"
+
+
+def plan_here(profile: Profile, capability: Capability, device: Any = None) -> Plan:
+    """The plan of `profile` on this machine (`capability` probed live; another machine's plans
+    without measurements), `auto` following this machine's `--tune` measurements: the run's plan
+    (every GPU), or with `device` the plan for tensors on that device (`apply_profile`)."""
     from backends.machine.tuned import load_tuned
 
-    return resolve(profile, capability.for_device(device), load_tuned(capability))
+    here = capability if device is None else capability.for_device(device)
+    return resolve(profile, here, load_tuned(capability))
 
 
 def explain(key: str, plan: Plan) -> str:

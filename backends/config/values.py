@@ -184,5 +184,17 @@ VALUES: dict[str, dict[str, Value]] = {
 
 
 def value(option: str, v: object) -> Value:
-    """The descriptor of `option` = `v` (an enum member or its string)."""
-    return VALUES[option][v.value if isinstance(v, enum.Enum) else str(v)]
+    """The descriptor of `option` = `v` (an enum member or its string; `natten:KERNEL` is natten)."""
+    text = v.value if isinstance(v, enum.Enum) else str(v)
+    return VALUES[option][text.split(":")[0] if option == "diffvae.na_backend" else text]
+
+
+def step_bound(options: tuple[str, ...], effective: dict[str, object]) -> Bound:
+    """The accuracy bound of a plan step that realises `options` with these effective values: that
+    of its first option whose value has one."""
+    for option in options:
+        if option in VALUES and effective.get(option) is not None:
+            about = value(option, effective[option])
+            if about.bound is not None:
+                return about.bound
+    return EXACT
