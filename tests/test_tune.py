@@ -13,6 +13,7 @@ import torch
 from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
+from backends.config.values import KERNEL, QUANTIZED
 from backends.config.plan import resolve
 from backends.machine.presets import preset
 from backends.machine.tuned import load_tuned
@@ -109,6 +110,7 @@ def test_budget_and_cancel_skip_with_a_reason(fake_worker):
     assert timed and all(c.status == "skipped" for c in timed)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA (the CPU's attention values)")
 def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatch):
     args = ["--tune", "--options", "transformer.attention", "--resolution", "256x224", "--frames", "17", "--json"]
     code = main(args + ["--output", str(tmp_path / "tuned.toml")])
@@ -131,7 +133,7 @@ def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatc
     code = main(args)
     again = json.loads(capsys.readouterr().out)
     assert code == 0 and again["from_cache"] == 2 and again["chosen"] == doc["chosen"]
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 5  # no worker started (no probe, all from the cache): 0.4 s unloaded
     assert again["capability_fingerprint"] == doc["capability_fingerprint"]
     pinned_profile = tmp_path / "pinned.toml"
     pinned_profile.write_text('[transformer]\nattention = "sdpa_math"\n')
@@ -199,14 +201,14 @@ def test_na_measurement_times_every_stage_and_checks_accuracy(narrow, monkeypatc
     real = measure.bench
     monkeypatch.setattr(measure, "bench", lambda fn, device: calls.append(1) or real(fn, device))
     ms, err = measure.na_backend("eager_sdpa", narrow, "cpu", torch.float32)
-    assert ms > 0 and err < measure.NA_BOUND[torch.float32] and len(calls) == len(narrow.na_stages())
+    assert ms > 0 and err < KERNEL.fp32 and len(calls) == len(narrow.na_stages())
 
 
 def test_quantization_measurement_reports_the_error_it_costs(narrow):
     ms, err = measure.quantization("none", narrow, "cpu", torch.float32)
     assert ms > 0 and err == 0
     ms, err = measure.quantization("fp8-cast", narrow, "cpu", torch.float32)
-    assert ms > 0 and 1e-4 < err < measure.QUANT_BOUND
+    assert ms > 0 and 1e-4 < err < QUANTIZED.half
 
 
 def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
@@ -216,7 +218,7 @@ def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
     monkeypatch.setattr(attention.NAFunction, "__call__", lambda self, attn, q, k, v: real(self, attn, q, k, v) * 1.1)
     row = runmod.worker({"option": "diffvae.na_backend", "value": "eager_sdpa", "device": "cpu",
                          "na_backend": "auto", "shapes": [narrow.width, narrow.height, narrow.frames, 1]})
-    assert row["status"] == "inaccurate" and row["max_error"] > measure.NA_BOUND[torch.float32]
+    assert row["status"] == "inaccurate" and row["max_error"] > KERNEL.fp32
 
 
 @pytest.mark.slow

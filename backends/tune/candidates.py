@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.config import values
 from backends.config.options import OPTIONS_BY_KEY, NattenKernel, Profile
 from backends.config.plan import resolve
 from backends.config.rules import Facts, Status, natten_kernel_check
@@ -47,6 +48,9 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
         for value in OPTIONS_BY_KEY[option].choices:
             value = value.value
             if value in NOT_VALUES:
+                continue
+            if not values.value(option, value).tuned:
+                skipped.append((option, value, f"not timed: {values.value(option, value).text}"))
                 continue
             pin = {option: value, **({"compile.enabled": True} if option == "compile.mode" else {})}
             d = resolve(profile.replace(**pin), cap)[option]

@@ -30,11 +30,9 @@ from typing import Callable
 import torch
 
 from backends.config import ltx2_shapes as S
+from backends.config import values
 from backends.config.ltx2_shapes import RunShapes
 
-# accuracy bounds: max abs error for attention (unit-variance inputs), relative error elsewhere
-NA_BOUND = {torch.bfloat16: 2e-2, torch.float32: 1e-3}
-QUANT_BOUND, COMPILE_BOUND, DECODE_BOUND = 0.1, 3e-2, 5e-2
 CROP = 16  # the largest crop side (and x 64 the token crop) checked against a brute-force reference
 
 
@@ -207,7 +205,7 @@ MEASURE = {"diffvae.na_backend": na_backend, "transformer.attention": attention,
            "transformer.quantization": quantization, "compile.mode": compile_mode, "diffvae.mode": diffvae_mode}
 
 
-def bound(option: str, dtype: torch.dtype) -> float:
-    return {"diffvae.na_backend": NA_BOUND[dtype], "transformer.attention": NA_BOUND[dtype],
-            "transformer.quantization": QUANT_BOUND, "compile.mode": COMPILE_BOUND,
-            "diffvae.mode": DECODE_BOUND}[option]
+def bound(option: str, value: str, dtype: torch.dtype) -> float:
+    """The accuracy bound of `option` = `value` (its descriptor's, as the smoke checks use it):
+    max abs error for attention (unit-variance inputs), relative error elsewhere."""
+    return values.value(option, value).bound.at(dtype == torch.float32)

@@ -190,7 +190,7 @@ def worker(spec: dict) -> dict:
         return {"status": "failed", "reason": f"out of memory at {shapes.label}"}
     except Exception as e:  # the row says what broke
         return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    limit = bound(option, dtype)
+    limit = bound(option, value, dtype)
     ok = err <= limit
     return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err,
             "reason": f"max error {err:.3g} {'<=' if ok else '>'} {limit:g}"}
