@@ -259,6 +259,25 @@ def na_usable(backend: NABackend, f: Facts, *, for_auto: bool = False) -> Availa
     return Availability(True)
 
 
+def na_auto_choice(f: Facts, usable_here: Callable[[NABackend], Availability] | None = None
+                   ) -> tuple[NABackend | None, list[Step]]:
+    """What `auto` means here (the one place it is decided), with the chain of what it tried:
+    the first backend of `na_auto_order` that runs (and that `usable_here` allows: the runtime
+    adds what the tensors at hand need)."""
+    order, why_first = na_auto_order(f)
+    chain: list[Step] = []
+    for backend in order:
+        usable = na_usable(backend, f, for_auto=True)
+        if usable.available and usable_here is not None:
+            usable = usable_here(backend)
+        if not usable.available:
+            chain.append(Step(backend.value, usable.reason))
+            continue
+        chain.append(Step(backend.value, f"auto ({why_first}): {value('diffvae.na_backend', backend).text}"))
+        return backend, chain
+    return None, chain
+
+
 # --- The rules table ------------------------------------------------------------------------
 
 def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
@@ -492,17 +511,11 @@ class _Resolver:
         natten -> triton -> eager_sdpa as LTX-2 does."""
         f = self.f
         if req is NABackend.AUTO:
-            order, why_first = na_auto_order(f)
-            chain: list[Step] = []
-            for backend in order:
-                usable = na_usable(backend, f, for_auto=True)
-                if not usable.available:
-                    chain.append(Step(backend.value, usable.reason))
-                    continue
-                chain.append(Step(backend.value, f"auto ({why_first}): {value(key, backend).text}"))
-                self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in order if b in NA_RULE])
-                return
-            self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].fix(self.f))
+            backend, chain = na_auto_choice(f)
+            if backend is not None:
+                self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in na_auto_order(f)[0] if b in NA_RULE])
+            else:
+                self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].fix(self.f))
             return
         order = list(NA_FALLBACK_ORDER)
         chain, fired = [], []

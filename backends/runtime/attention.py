@@ -9,7 +9,7 @@ in one graph instead of breaking it (or turning compile off, as LTX-2 does witho
 `NAFunction(backend)` follows LTX-2's NA protocol (`NAAttentionCallable`): called as
 `fn(attn, q, k, v)` with q, k, v of shape (B, T, H, W, heads, head_dim), q already multiplied by
 `attn.scale` (so the kernel runs with scale 1.0), the window in `attn.kernel_size`, q/k cast to
-v's dtype. Which backend `auto` means is decided by `backends.config.rules.na_auto_order`.
+v's dtype. Which backend `auto` means is decided by `backends.config.rules.na_auto_choice`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from backends.config.options import NABackend, NattenKernel, Profile
 from backends.config.rules import (
     NATTEN_AUTO_ORDER,
     Facts,
-    na_auto_order,
+    na_auto_choice,
     na_usable,
     natten_kernel_check,
 )
@@ -71,20 +71,18 @@ def available_backends(q: torch.Tensor, capability: Capability | None = None) ->
 def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capability | None = None) -> str:
     """The concrete backend `backend` means for `q`; raises BackendUnavailable with the reason.
 
-    `auto` follows `na_auto_order` (the same order the profile resolution uses); `natten` takes
+    `auto` is the profile resolution's own choice (`na_auto_choice`) for these tensors; `natten` takes
     NATTEN's own kernel order.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown NA backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     avail = available_backends(q, capability)
     if backend == "auto":
-        f = _facts(q.device, q.dtype, q.shape[-1], capability)
-        order, _ = na_auto_order(f)
-        for choice in order:
-            if na_usable(choice, f, for_auto=True).available and avail[choice.value].available:
-                return choose_backend(q, choice.value, capability) if choice is NABackend.NATTEN else choice.value
-        raise BackendUnavailable("no NA backend can run these tensors: "
-                                 + "; ".join(f"{n}: {a.reason}" for n, a in avail.items() if not a.available))
+        choice, _ = na_auto_choice(_facts(q.device, q.dtype, q.shape[-1], capability), lambda b: avail[b.value])
+        if choice is None:
+            raise BackendUnavailable("no NA backend can run these tensors: "
+                                     + "; ".join(f"{n}: {a.reason}" for n, a in avail.items() if not a.available))
+        return choose_backend(q, choice.value, capability) if choice is NABackend.NATTEN else choice.value
     if backend == "natten":
         if not avail["natten"].available:
             raise BackendUnavailable(f"natten cannot run here: {avail['natten'].reason}")
