@@ -225,7 +225,7 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
 
 
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
-              smoke: bool = False, ltx: bool = False, timeout: float = 120.0, output: str | None = None,
+              smoke: bool = False, ltx: bool = False, timeout: float = smokemod.DEFAULT_TIMEOUT, output: str | None = None,
               force: bool = False, run: RunShapes | None = None, stdout: TextIO | None = None,
               stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code. `output`: where

@@ -7,6 +7,9 @@ import os
 import sys
 from pathlib import Path
 
+from backends.config.ltx2_shapes import DEFAULT_RUN
+from backends.smoke import DEFAULT_TIMEOUT as SMOKE_TIMEOUT
+from backends.tune.run import DEFAULT_BUDGET
 from ltx_tui.errlog import log_internal_error
 
 EXIT_INTERNAL, EXIT_PIPE = 3, 141
@@ -92,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="with --check: fallbacks and warnings exit 1")
     parser.add_argument("--smoke", action="store_true",
                         help="with --check: also run the smoke checks (each in a subprocess); a failure exits 1")
-    parser.add_argument("--timeout", type=_seconds, default=120.0, metavar="S",
-                        help="with --smoke: seconds each check may take (default 120)")
+    parser.add_argument("--timeout", type=_seconds, default=SMOKE_TIMEOUT, metavar="S",
+                        help=f"with --smoke: seconds each check may take (default {SMOKE_TIMEOUT:g})")
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
     parser.add_argument("--output", metavar="FILE",
@@ -110,12 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune", action="store_true",
                       help="time every runnable value of the speed options at an LTX-2 run's shapes, each in a "
                       "subprocess; cache the results (auto then picks the fastest measured) and exit")
-    tune.add_argument("--resolution", metavar="WxH", help="the run's width x height (default 768x512); with --check: "
+    tune.add_argument("--resolution", metavar="WxH", help=f"the run's width x height (default {DEFAULT_RUN.width}x{DEFAULT_RUN.height}); with --check: "
                       "plan the run's memory per stage against the GPU's free memory")
-    tune.add_argument("--frames", type=_positive_int, metavar="N", help="the run's frames, 8k+1 (default 121)")
+    tune.add_argument("--frames", type=_positive_int, metavar="N", help=f"the run's frames, 8k+1 (default {DEFAULT_RUN.frames})")
     tune.add_argument("--batch", type=_positive_int, metavar="B", help="the run's batch (default 1)")
     tune.add_argument("--budget", type=_seconds, metavar="S",
-                      help="seconds of measuring (default 90); what does not fit is reported as skipped")
+                      help=f"seconds of measuring (default {DEFAULT_BUDGET:g}); what does not fit is reported as skipped")
     tune.add_argument("--options", metavar="KEYS",
                       help="comma-separated options to tune, or 'all' (default: diffvae.na_backend, "
                       "transformer.attention, transformer.quantization; 'all' adds compile.mode and diffvae.mode, "
@@ -129,11 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_shapes(parser: argparse.ArgumentParser, args: argparse.Namespace):
-    """The run --check plans memory for (defaults 768x512, 121 frames, batch 1)."""
+    """The run --check plans memory for (default: DEFAULT_RUN)."""
     from backends.config.ltx2_shapes import RunShapes, parse_resolution
 
     try:
-        return RunShapes(*parse_resolution(args.resolution or "768x512"), args.frames or 121, args.batch or 1)
+        return RunShapes(*(parse_resolution(args.resolution) if args.resolution else (DEFAULT_RUN.width, DEFAULT_RUN.height)),
+                         args.frames or DEFAULT_RUN.frames, args.batch or DEFAULT_RUN.batch)
     except ValueError as e:
         parser.error(str(e))
 
@@ -167,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from ltx_tui.tune import run_tune
 
-        return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution or "768x512",
-                        frames=args.frames or 121, batch=args.batch or 1, budget=args.budget or 90.0, options=args.options,
+        return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution or f"{DEFAULT_RUN.width}x{DEFAULT_RUN.height}",
+                        frames=args.frames or DEFAULT_RUN.frames, batch=args.batch or DEFAULT_RUN.batch,
+                        budget=args.budget or DEFAULT_BUDGET, options=args.options,
                         fresh=args.fresh, as_json=args.json, output=args.output)
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities

@@ -118,6 +118,11 @@ class RunShapes:
                              "kernel": list(s.kernel), "calls": s.calls} for s in self.na_stages()]}
 
 
+# The run ltx-tui plans for until told otherwise: LTX-2's distilled defaults (--width 768
+# --height 512 --num-frames 121) in ltx-pipelines v1.2.0.
+DEFAULT_RUN = RunShapes(768, 512, 121)
+
+
 def parse_resolution(text: str) -> tuple[int, int]:
     """'768x512' -> (768, 512); ValueError saying what is expected."""
     parts = text.lower().replace(" ", "").split("x")
