@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from backends.machine.presets import preset
 from fakes import without
@@ -16,6 +17,7 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_check_on_this_cpu_machine_is_truthful(capsys):
     code, out, _ = run(capsys, "--check", "--json")
     doc = json.loads(out)
@@ -157,7 +159,8 @@ def test_internal_error_exits_3_with_one_line_and_a_log(capsys, monkeypatch):
 
     def boom(*args, **kwargs):
         raise ZeroDivisionError("planted")
-    monkeypatch.setattr("ltx_tui.check.resolve", boom)
+    monkeypatch.setattr("backends.config.plan.resolve", boom)  # what plan_here plans with
+    monkeypatch.setattr("ltx_tui.check.resolve", boom, raising=False)  # where check.py imports it by name
     monkeypatch.setattr("sys.argv", ["ltx-tui", "--check", "--capability", "h100"])
     with pytest.raises(SystemExit) as exit_:
         entry()
