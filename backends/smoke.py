@@ -253,7 +253,16 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
         raise RuntimeError("the probe model has no blocks")
     limit = bound["fp32"] if probe_model.dtype == torch.float32 else bound["half"]
     where = ", ".join(f"{n} {k}" for k, n in changed.items())
+    health = report.compile_health()
+    if health is not None and not health.compiled:  # timed or compared, eager code would pass as compiled
+        raise CheckFailed(f"compiled, but {health} on {probe_model.label}")
+    if health is not None:
+        where += ("; " if where else "") + f"compile: {health}"
     return err, limit, f"on {probe_model.label}" + (f": {where}" if where else "") + differs
+
+
+class CheckFailed(Exception):
+    """The step ran but not as planned (e.g. compiled graphs ran eagerly): the check fails."""
 
 
 def _only(plan, steps):
@@ -324,6 +333,8 @@ def _worker(spec: dict) -> dict:
             err, bound, where = _check_nccl(params["devices"])
         else:
             err, bound, where = _check_step(kind, device, params["profile"], params["steps"], params["bound"])
+    except CheckFailed as e:
+        return {"status": "fail", "max_error": None, "message": str(e)}
     except Exception as e:  # the row says what broke
         return {"status": "error", "max_error": None, "message": f"{type(e).__name__}: {e}"}
     ok = err <= bound

@@ -14,6 +14,8 @@ The steps, on LTX-2's real modules or any module that follows their protocols:
 - `offload`: the transformer blocks' weights streamed from host memory (`runtime.offload`);
 - `compile`: torch.compile per transformer block; with CUDA graphs, a step is marked at every
   forward of the model and its outputs are copied out of the graph pool.
+What a compiled step did not compile (graph breaks, graphs that ran eagerly) the report counts
+from the apply on (`ApplyReport.compile_health`, `runtime.compile_watch`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
+from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
@@ -61,6 +64,15 @@ class ApplyReport:
     changes: list[Change] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     streamer: BlockStreamer | None = None
+    compile_watch: CompileWatch | None = None  # set when a step compiled something
+
+    def compile_health(self) -> CompileHealth | None:
+        """Graph breaks and graphs that ran eagerly since the apply (None: nothing was compiled).
+        Compiling happens at the first forwards: read it after them."""
+        return None if self.compile_watch is None else self.compile_watch.health()
+
+    def watch_compile(self) -> None:
+        self.compile_watch = self.compile_watch or CompileWatch()
 
     def add(self, option: str, action: str, detail: str, modules=()) -> None:
         self.changes.append(Change(option, action, detail, tuple(modules)))
@@ -81,6 +93,9 @@ class ApplyReport:
                 if c.modules else ""
             lines.append(f"{c.option:<{width}} = {value:<22} {c.action:<10} {c.detail}{where}")
         lines += [f"warning: {w}" for w in self.warnings]
+        health = self.compile_health()
+        if health is not None and (health.graph_breaks or health.eager):
+            lines.append(f"compile: {health}")
         return "\n".join(lines)
 
 
@@ -155,6 +170,8 @@ def _prepare_layout(step: Step, model, plan, device, include) -> Apply:
         _require_import("ltx_kernels.vae", "diffvae.mode blackwell_dsl")
 
     def apply(model, report):
+        if step.args["compile"]:
+            report.watch_compile()
         apply_decoder_layout(model, mode)
         report.add("diffvae.mode", "laid out", f"{mode} (LTX-2's apply_diffvae_config"
                    + (", blocks compiled" if step.args["compile"] else "") + ")")
@@ -325,6 +342,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         raise ProfileNotRunnable(f"compile with CUDA graphs needs the model on a CUDA device, not {device}")
 
     def apply(model, report):
+        report.watch_compile()
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
         if graphs:

@@ -17,7 +17,8 @@ Each option is timed where its value acts, through the runtime's own callables:
 - diffvae.mode: LTX-2's full-size DiffusionVideoDecoder() laid out by `apply_profile`, decoding
   the run's latent. Accuracy: relative error against LTX-2's own chunked_eager decode (with its
   own fallback NA: TritonNaAttention on CUDA, EagerSdpaAttention on the CPU).
-Times: CUDA: median of `triton.testing.do_bench`; CPU: median of timed calls.
+Times: CUDA: median of `triton.testing.do_bench`; CPU: median of timed calls. A compiled
+candidate whose graphs ran eagerly (`runtime.compile_watch`) fails instead of being timed.
 """
 
 from __future__ import annotations
@@ -160,10 +161,22 @@ def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype)
                                      channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False)
     with torch.inference_mode():
         want = model(*inputs)[0].clone()
-        apply_profile(model, Profile().replace(**{"compile.enabled": True, "compile.mode": value}), device=device)
+        report = apply_profile(model, Profile().replace(**{"compile.enabled": True, "compile.mode": value}),
+                               device=device)
         ms = bench(lambda: model(*inputs), device)
         err = _rel(model(*inputs)[0], want)
+    _all_compiled(report)
     return ms, err
+
+
+class FellBack(RuntimeError):
+    """A compiled candidate ran (part) eagerly: its time is not the compiled time."""
+
+
+def _all_compiled(report) -> None:
+    health = report.compile_health()
+    if health is not None and not health.compiled:
+        raise FellBack(f"not timed as compiled: {health}")
 
 
 def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype, na_backend: str = "auto"
@@ -197,8 +210,11 @@ def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype,
     recipe = dataclasses.replace(DiffVAEMode.CHUNKED_EAGER.resolve(), attention=kind, natten_backend=None)
     want = decode(apply_diffvae_config(copy.deepcopy(base), recipe))
     ours = base
-    apply_profile(ours, Profile().replace(**{"diffvae.mode": value, "diffvae.na_backend": na_backend}), device=device)
-    return bench(lambda: decode(ours), device), _rel(decode(ours), want)
+    report = apply_profile(ours, Profile().replace(**{"diffvae.mode": value, "diffvae.na_backend": na_backend}),
+                           device=device)
+    ms, err = bench(lambda: decode(ours), device), _rel(decode(ours), want)
+    _all_compiled(report)
+    return ms, err
 
 
 MEASURE = {"diffvae.na_backend": na_backend, "transformer.attention": attention,
