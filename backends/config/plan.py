@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
-from backends.config.values import LOADER, value
+from backends.config.values import LOADER, RUNTIME, VALUES, value
 from backends.machine.capability import Capability
 from backends.machine.tuned import Tuned
 
@@ -195,6 +195,13 @@ def explain(key: str, plan: Plan) -> str:
         rule = RULES[rule_id]
         verdict = "holds" if rule.holds(facts) else "fires"
         lines.append(f"    {rule_id:<34} {verdict:<6} {rule.message(facts) if verdict == 'fires' else ''}".rstrip())
+    if key in VALUES:
+        lines.append("  each value:")
+        for v, about in VALUES[key].items():
+            facts_of = [f"needs {', '.join(about.needs)}" if about.needs else "",
+                        "" if about.runner == RUNTIME else f"run by: {about.runner}",
+                        f"LTX-2: {about.flag}" if about.flag else "", "timed by --tune" if about.tuned else ""]
+            lines.append(f"    {v:<26} {about.text}" + "".join(f"; {x}" for x in facts_of if x))
     lines.append(f"  does:     {spec.runtime}")
     lines.append(f"  runtime:  {plan.runtime_text(key)}")
     lines.append(f"  LTX-2:    {spec.flag or 'no ltx-pipelines flag'}")
