@@ -1,4 +1,4 @@
-"""3D neighborhood attention forward at the LTX-2 DiffVAE shapes (ANCHORS.md's method).
+"""3D neighborhood attention forward at the LTX-2 DiffVAE shapes (ratios to a same-run yardstick).
 
 Runs the yardstick (dense SDPA on (8, 32, 8192, 64) bf16) first, then every available
 backend on each shape, and prints one row per (shape, backend): median ms, useful TFLOP/s,
@@ -31,7 +31,8 @@ SHAPES = {
     "s3": ((35, 68, 120), 8, (3, 5, 5)),
     "s5": ((48, 128, 128), 4, (3, 7, 7)),
 }
-# ANCHORS.md: NATTEN hopper-fna time / yardstick, and the target it states for ours.
+# NATTEN hopper-fna time / yardstick and the target for ours: anchor figures measured by the
+# project on an H200, 2026-11-30 (bench/RESULTS.md, "Anchored figures").
 HOPPER_RATIO = {"s1": 0.372, "s2": 0.697, "s3": 0.671, "s5": 0.950}
 TARGET_RATIO = {"s1": 0.186, "s2": 0.349, "s3": 0.325, "s5": 0.475}
 HEAD_DIM = 64
@@ -115,7 +116,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     print("\n" + header)
     print("\n".join(rows))
-    print(f"(yardstick {ys:.3f} ms; target and hopper-fna's t/yard from ANCHORS.md; "
+    print(f"(yardstick {ys:.3f} ms; target and hopper-fna's t/yard from the anchors in bench/RESULTS.md; "
           "max err = max |out - fp32 ref|; excess = max of that beyond bf16 rounding of the ref)")
 
 

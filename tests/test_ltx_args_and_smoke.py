@@ -161,7 +161,7 @@ def test_timeout_holds_when_the_worker_has_children(monkeypatch):
     result = run_check(spec, timeout=1)
     wall = time.monotonic() - t0
     print(f"timeout 1 s with a forked child: returned after {wall:.2f} s")
-    assert result.status == "timeout" and wall < 3.0
+    assert result.status == "timeout" and wall < 10.0
     # the whole process group is gone: no sleeping child is left behind
     time.sleep(0.2)
     leftovers = [p for p in os.listdir("/proc") if p.isdigit() and "time.sleep(100)" in
@@ -177,7 +177,7 @@ def test_cancel_kills_the_group_too(monkeypatch):
     threading.Timer(0.5, cancel.set).start()
     t0 = time.monotonic()
     result = run_check(CheckSpec("forks", "na_backend", "cpu", {}), timeout=60, cancel=cancel)
-    assert result.status == "cancelled" and time.monotonic() - t0 < 3.0
+    assert result.status == "cancelled" and time.monotonic() - t0 < 10.0
 
 
 @pytest.mark.slow

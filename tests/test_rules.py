@@ -1,4 +1,4 @@
-"""Every rule fires in one case and holds in another; resolve() follows DESIGN.md."""
+"""Every rule fires in one case and holds in another; resolve() follows the decisions each test spells out."""
 
 import pytest
 
@@ -138,7 +138,7 @@ def by_option(profile, cap):
     return {d.option: d for d in resolve(profile, cap)}
 
 
-# --- DESIGN.md's examples -------------------------------------------------------------------
+# --- where the plan differs from, or warns about, LTX-2 v1.2.0's own pipeline -------------------------------------------------------------------
 
 def test_combined_compile_without_natten_runs_on_triton_and_warns_about_ltx2():
     d = by_option(P(diffvae__mode="combined_compile"), natten_missing("h100"))

@@ -221,12 +221,13 @@ def na_auto_order(f: Facts) -> tuple[tuple[NABackend, ...], str]:
     """The order `auto` tries NA backends in here, and why: the fastest measured here first when
     `ltx-tui --tune` measured this machine (`Facts.tuned`), else this prior.
 
-    On SM 9.0 ltx-tui's Triton kernel comes first: measured 4.4-5.2x faster than LTX-2's Triton
-    fallback and ~4x faster than NATTEN hopper-fna's anchored times at the DiffVAE shapes
-    (bench/na3d.py, ANCHORS.md). Elsewhere on CUDA NATTEN's CUDA kernels come first (not
-    measured against ours), then Triton, then eager SDPA. On the CPU tiled eager SDPA comes
-    first: NATTEN's flex-fna decoded a small LTX-2 DiffusionVideoDecoder 35x slower (41.8 s vs
-    1.1 s on this project's 2-core dev machine).
+    On SM 9.0 ltx-tui's Triton kernel comes first: 4.5x-5.3x lower time / yardstick than LTX-2's
+    Triton fallback and 3.9x-4.8x lower than NATTEN hopper-fna's anchored ratios at the DiffVAE
+    shapes (bench/na3d.py on an H200; bench/RESULTS.md). Elsewhere on CUDA NATTEN's CUDA kernels
+    come first (not measured against ours), then Triton, then eager SDPA. On the CPU tiled eager
+    SDPA comes first: in `ltx-tui --tune` at 224x224x9 on the 2-core dev machine NATTEN's flex-fna
+    gave no answer in 60.9 s, over 5x eager SDPA's 12.2 s (bench/RESULTS.md, "ltx-tui --tune —
+    CPU dev machine").
     """
     if f.cuda and f.sm == (9, 0):
         order, why = (NABackend.TRITON, NABackend.NATTEN, NABackend.EAGER_SDPA), \
