@@ -178,7 +178,8 @@ def show(r) -> str:
     lines += [f"  plan GiB: {n}" for n in notes]
     for m in r.models:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
-                     + ("kept from an earlier stage" if m.kept else "plan applied" if m.applied else "as LTX-2 built it"))
+                     + ("kept from an earlier stage" if m.kept else "plan applied" if m.applied else "as LTX-2 built it")
+                     + (f"; compile: {m.compile}" if m.compile else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -68,6 +68,12 @@ class Built:
     def warnings(self) -> tuple[str, ...]:
         return tuple(self.report.warnings) if self.report is not None else ()
 
+    @property
+    def compile(self) -> str | None:
+        """What torch.compile did not compile since the apply (None: the plan compiled nothing here)."""
+        health = self.report.compile_health() if self.report is not None else None
+        return None if health is None else str(health)
+
 
 def is_ltx_model(model: nn.Module) -> bool:
     """LTX-2's DiT (`ltx_core...LTXModel`), checked by class so no import is needed."""

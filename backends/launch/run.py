@@ -259,7 +259,7 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
 
 def _model_record(built) -> ModelRecord:
     return ModelRecord(built.model, built.stage, round(built.load_s, 4), round(built.apply_s, 4), built.applied,
-                       built.changes, built.warnings, built.params, built.kept)
+                       built.changes, built.warnings, built.params, built.kept, built.compile)
 
 
 def _stage_records(meter, predict) -> tuple[StageRecord, ...]:

@@ -44,6 +44,8 @@ class ModelRecord:
     warnings: tuple[str, ...] = ()
     params: int | None = None  # parameters of the model as built
     kept: bool = False  # an earlier stage's model, kept on the device (nothing loaded)
+    compile: str | None = None  # compiled by the plan: graph breaks and eager graphs from its apply to the
+    # run's end (Dynamo's counts are process-wide: a later model's count here too)
 
 
 @dataclass(frozen=True)
