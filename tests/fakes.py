@@ -21,8 +21,14 @@ class NVMLError_NotSupported(NVMLError):
     pass
 
 
+class NVMLError_NoPermission(NVMLError):
+    pass
+
+
 class FakeNvml:
-    """A pynvml stand-in: `gpus` is a list of dicts with the readings of each device."""
+    """A pynvml stand-in: `gpus` is a list of dicts with the readings of each device (`procs` and
+    `gprocs`: (pid, bytes or None) of its compute and graphics processes; a reading that is an
+    exception is raised); a key in `unsupported` raises NotSupported on every GPU."""
 
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
@@ -65,7 +71,10 @@ class FakeNvml:
     def _get(self, h, key):
         if key in self.unsupported:
             raise NVMLError_NotSupported("Not Supported")
-        return self.gpus[h][key]
+        value = self.gpus[h][key]
+        if isinstance(value, Exception):
+            raise value
+        return value
 
     def nvmlDeviceGetName(self, h):
         return self._get(h, "name")
@@ -97,11 +106,17 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h, clock):
         return self._get(h, "sm_clock" if clock == self.NVML_CLOCK_SM else "mem_clock")
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._get(h, "procs")]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._get(h, "gprocs")]
+
 
 def fake_gpu(i: int, name="NVIDIA H200", cc=(9, 0), pci=None, **over):
     gpu = dict(name=name, uuid=f"GPU-{i:04d}aaaa-0000", pci=pci or f"00000000:{0x18 + i:02X}:00.0", cc=cc,
                mem_total=143771 * 2**20, mem_used=(1 + i) * 2**30, util=10 * i, temp=40 + i,
-               power_mw=100_000 + i, limit_mw=700_000, sm_clock=1980, mem_clock=3201)
+               power_mw=100_000 + i, limit_mw=700_000, sm_clock=1980, mem_clock=3201, procs=(), gprocs=())
     gpu.update(over)
     return gpu
 

@@ -1,7 +1,8 @@
 """A thin NVML session over `pynvml` (nvidia-ml-py): lazy init, readings as plain dicts.
 
 Every failure becomes a reason string: no driver, no library, a field the GPU does not
-support. The module object is injectable so tests run with a fake.
+support. The module object is injectable so tests run with a fake. A session made with
+`processes=True` also lists the processes holding each GPU's memory, named from /proc.
 
 `read_all(timeout=...)` reads in a daemon thread under a lock, so a hung driver can neither
 block the caller past the timeout nor keep the process from exiting. A read that did not
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from backends.machine.text import printable
@@ -37,10 +40,73 @@ def describe_error(err: BaseException) -> str:
     return printable(f"{name}: {err}") if str(err) else name
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU: `kind` C (compute), G (graphics) or C+G; `used_memory` in bytes
+    (None: NVML cannot say); `name` its command line (printable) or why it is unknown."""
+
+    pid: int
+    name: str
+    used_memory: int | None
+    kind: str
+
+
+MAX_NAME = 256  # characters of a command line kept
+
+
+def process_name(pid: int, proc: Path = Path("/proc")) -> str:
+    """The command line of `pid` (its comm for a kernel thread), or why it cannot be read."""
+    try:
+        with open(proc / str(pid) / "cmdline", "rb") as f:
+            argv = f.read(4 * MAX_NAME).split(b"\0")
+        name = " ".join(a.decode(errors="replace") for a in argv if a)
+        if not name:
+            name = f"[{(proc / str(pid) / 'comm').read_text(errors='replace').strip()}]"
+    except FileNotFoundError:
+        return "? (not in this /proc: exited, or in another PID namespace)"
+    except PermissionError:
+        return "? (no permission to read its command line)"
+    except OSError as e:
+        return f"? ({printable(e.strerror or type(e).__name__)})"
+    return printable(name[:MAX_NAME])
+
+
+def _memory(value: Any) -> int | None:
+    """usedGpuMemory in bytes; None where NVML has no value (None, or its all-ones 'not available')."""
+    return int(value) if value is not None and 0 <= int(value) < 2**64 - 1 else None
+
+
+MAX_PROCESSES = 64  # processes named per GPU, the most memory first
+
+
+def read_processes(nv: Any, handle: Any, proc: Path = Path("/proc")) -> tuple[tuple[GpuProcess, ...] | None, str | None]:
+    """(the processes on a GPU, the most memory first; None when NVML lists neither kind), and why a
+    list could not be read (NotSupported, no permission...)."""
+    found: dict[int, tuple[str, int | None]] = {}
+    failed: dict[str, str] = {}
+    for kind, fn in (("C", "nvmlDeviceGetComputeRunningProcesses"), ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
+        try:
+            listed = [(int(p.pid), _memory(getattr(p, "usedGpuMemory", None))) for p in getattr(nv, fn)(handle)]
+        except Exception as e:
+            failed["compute" if kind == "C" else "graphics"] = describe_error(e)
+            continue
+        for pid, mem in listed:
+            kinds, old = found.get(pid, ("", None))
+            found[pid] = ("C+G" if kinds and kinds != kind else kind,
+                          max((m for m in (old, mem) if m is not None), default=None))
+    if len(failed) == 2:
+        reasons = set(failed.values())
+        return None, reasons.pop() if len(reasons) == 1 else "; ".join(f"{k}: {v}" for k, v in failed.items())
+    order = sorted(found.items(), key=lambda item: (item[1][1] is None, -(item[1][1] or 0), item[0]))
+    procs = tuple(GpuProcess(pid, process_name(pid, proc), mem, kind) for pid, (kind, mem) in order[:MAX_PROCESSES])
+    return procs, "; ".join(f"{k} processes: {v}" for k, v in failed.items()) or None
+
+
 class NvmlSession:
     """Initialises NVML on first use; `close()` shuts it down."""
 
-    def __init__(self, module: Any = None) -> None:
+    def __init__(self, module: Any = None, *, processes: bool = False, proc: Path = Path("/proc")) -> None:
+        self.processes, self._proc = processes, proc
         self._module = module
         self._ready = False
         self.reason: str | None = None
@@ -107,7 +173,8 @@ class NvmlSession:
         return info
 
     def device(self, index: int) -> dict[str, Any]:
-        """Static and live readings of NVML device `index`; unreadable fields go to `errors`."""
+        """Static and live readings of NVML device `index`; unreadable fields go to `errors`; with
+        `processes`, `processes` and `processes_error` (read_processes)."""
         nv = self._nvml()
         errors: dict[str, str] = {}
         out: dict[str, Any] = {"nvml_index": index, "errors": errors}
@@ -142,6 +209,8 @@ class NvmlSession:
         read("mem_clock", lambda: int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)))
         if out.get("name") is None:
             out["name"] = f"GPU {index}"
+        if self.processes:
+            out["processes"], out["processes_error"] = read_processes(nv, handle, self._proc)
         return out
 
     def _read_all(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
