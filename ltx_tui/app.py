@@ -33,7 +33,7 @@ from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
-from backends.config.plan import resolve
+from backends.config.plan import explain, resolve
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import plan_memory
 from backends.config.rules import Decision, Status, summarize
@@ -43,15 +43,18 @@ from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.check import free_bytes
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
+from ltx_tui.screens.explain import ExplainScreen
 from ltx_tui.screens.export import ExportScreen
 from ltx_tui.screens.help import HelpScreen
+from ltx_tui.screens.palette import LtxCommands
 from ltx_tui.widgets.backends_panel import BackendsPanel
-from ltx_tui.widgets.gpu_panel import GpuPanel
+from ltx_tui.widgets.gpu_panel import GpuPanel, Processes
 from ltx_tui.widgets.memory_bars import MemoryBars
 from ltx_tui.widgets.options_list import OptionsList, choice_values, typed_choice
 from ltx_tui.widgets.resolution import ResolutionView, RunShapeForm
 from ltx_tui.widgets.runs_panel import RunsPanel
 from ltx_tui.widgets.smoke_panel import SmokePanel
+from ltx_tui.widgets.target import target_text, target_title
 from ltx_tui.widgets.tune_panel import TunePanel
 
 DEFAULT_EXPORT = "ltx-profile.toml"
@@ -102,6 +105,9 @@ def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str,
 class LtxTuiApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "ltx-tui"
+    COMMANDS = App.COMMANDS | {LtxCommands}
+    TABS = {"options": "Options", "resolution": "Plan", "smoke": "Smoke", "tune": "Tune", "runs": "Runs",
+            "system": "GPU/Backends"}  # id: label
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     AUTO_FOCUS = "#options-list"
     BINDINGS = [
@@ -140,7 +146,8 @@ class LtxTuiApp(App):
         self.prober = prober
         self.profile_path = profile_path
         self.env = os.environ if env is None else env
-        self.nvml = NvmlSession(nvml_module)
+        self.nvml = NvmlSession(nvml_module, processes=True)
+        self.nvml_gpus: tuple[capmod.GPU, ...] = ()  # this machine's GPUs as NVML last read them
         self.nvml_module = nvml_module
         self.smoke_runner = smoke_runner or default_smoke_runner
         self.poll_interval = poll_interval
@@ -186,18 +193,18 @@ class LtxTuiApp(App):
                 yield GpuPanel(id="side-gpu")
                 yield BackendsPanel(id="side-backends")
             with TabbedContent(id="tabs", initial="options"):
-                with TabPane("Options", id="options"):
+                with TabPane(self.TABS["options"], id="options"):
                     yield OptionsList(self.profile, id="options-list")
                     yield MemoryBars(id="memory-bars")
-                with TabPane("Plan", id="resolution"):
+                with TabPane(self.TABS["resolution"], id="resolution"):
                     yield ResolutionView(self.run_shapes, id="resolution-view")
-                with TabPane("Smoke", id="smoke"):
+                with TabPane(self.TABS["smoke"], id="smoke"):
                     yield SmokePanel(id="smoke-panel")
-                with TabPane("Tune", id="tune"):
+                with TabPane(self.TABS["tune"], id="tune"):
                     yield TunePanel(self.run_shapes.label, id="tune-panel")
-                with TabPane("Runs", id="runs"):
+                with TabPane(self.TABS["runs"], id="runs"):
                     yield RunsPanel(self.ledger_path, id="runs-panel")
-                with TabPane("GPU/Backends", id="system"):
+                with TabPane(self.TABS["system"], id="system"):
                     with VerticalScroll(id="system-scroll"):
                         yield GpuPanel(id="tab-gpu")
                         yield BackendsPanel(id="tab-backends")
@@ -212,7 +219,7 @@ class LtxTuiApp(App):
         if self.new_file:
             self.notify(f"{self.profile_path} does not exist yet: editing the default profile; export (e) creates "
                         "it there", title="New profile", markup=False, timeout=10)
-        self._update_title()
+        self._show_target()
         for panel in self.query(BackendsPanel):
             panel.show(self.capability)
         self.set_interval(self.poll_interval, self._poll)
@@ -234,11 +241,19 @@ class LtxTuiApp(App):
             self.call_after_refresh(self._probe)
 
     def _update_title(self) -> None:
-        """The summary first, so a narrow terminal cuts the path, not the error count."""
-        where = (f"{self.profile_path} (new file)" if self.new_file else self.profile_path) or \
-            "default profile (unsaved)"
+        """What the options are validated for, then the summary, so a narrow terminal cuts the path, not
+        the target or the error count."""
+        self.title = target_title(self.capability, self.nvml_gpus)
+        where = (f"{self.profile_path} (new file)" if self.new_file else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
+
+    def _show_target(self) -> None:
+        """The title, the GPU panels and the options' border say what the options are validated for."""
+        self._update_title()
+        for panel in self.query(GpuPanel):
+            panel.show_target(self.capability)
+        self.query_one(OptionsList).border_title = Text(f"Options for {target_text(self.capability)}")
 
     def _show_banner(self) -> None:
         banner = self.query_one("#banner", Static)
@@ -255,19 +270,22 @@ class LtxTuiApp(App):
     @work(thread=True, group="nvml", exit_on_error=False)
     def _read_nvml(self) -> None:
         try:
-            info, _, gpus = capmod.read_nvml(self.nvml, self.env, timeout=5.0)
+            info, devices, gpus = capmod.read_nvml(self.nvml, self.env, timeout=5.0)
             if info.reason and "did not answer" in info.reason:
                 self._nvml_paused_until = time.monotonic() + NVML_BACKOFF_S
-            self.call_from_thread(self._show_gpus, info, gpus)
+            processes = {d["nvml_index"]: (d.get("processes"), d.get("processes_error")) for d in devices}
+            self.call_from_thread(self._show_gpus, info, gpus, processes)
         except Exception as e:  # shown inline; the next tick tries again
             self.call_from_thread(self._show_nvml_error, f"NVML error: {type(e).__name__}: {e}")
         finally:
             self._polling = False
 
-    def _show_gpus(self, info, gpus) -> None:
-        source = self.capability.source if self.capability else None
+    def _show_gpus(self, info: capmod.NvmlInfo, gpus: tuple[capmod.GPU, ...], processes: Processes) -> None:
         for panel in self.query(GpuPanel):
-            panel.show(info, gpus, source)
+            panel.show(info, gpus, processes)
+        if self.capability is None:  # the title names them until the probe ends
+            self.nvml_gpus = gpus
+            self._update_title()
         if not self._gpus_shown:
             self._gpus_shown = True
             self._start_probe()
@@ -316,6 +334,7 @@ class LtxTuiApp(App):
             self.query_one(TunePanel).show(tuned, f" (cached {tuned.written}; press u to tune again)")
         for panel in self.query(BackendsPanel):
             panel.show(cap)
+        self._show_target()
         self._resolve()
         if isinstance(self.screen, ChoiceScreen):  # a chooser opened while probing gets its marks now
             self.screen.set_marks(value_marks(self.profile, cap, self.screen.spec.key))
@@ -332,7 +351,10 @@ class LtxTuiApp(App):
 
     @on(OptionsList.EditRequested)
     def _edit(self, event: OptionsList.EditRequested) -> None:
-        key = event.key
+        self.edit_option(event.key)
+
+    def edit_option(self, key: str) -> None:
+        """Open the editor of option `key`: a chooser that marks each value, or a number field."""
         spec = OPTIONS_BY_KEY[key]
         current = self.profile.get(key)
 
@@ -342,10 +364,21 @@ class LtxTuiApp(App):
             self.set_option(key, value)
 
         if spec.kind in (Kind.CHOICE, Kind.BOOL):
-            marks = value_marks(self.profile, self.capability, key) if self.capability else {}
-            self.push_screen(ChoiceScreen(spec, current, marks), apply)
+            self.push_screen(ChoiceScreen(spec, current, self.value_marks(key)), apply)
         else:  # the whole profile's invariants are checked in the dialog, before anything applies
             self.push_screen(ValueScreen(spec, current, lambda v: self.profile.replace(**{key: v})), apply)
+
+    def value_marks(self, key: str) -> dict[str, tuple[Status, str]]:
+        """What each value of option `key` would resolve to here ({} while probing)."""
+        return value_marks(self.profile, self.capability, key) if self.capability else {}
+
+    def explain_option(self, key: str) -> None:
+        """What option `key` means for this profile here (`ltx-tui --explain KEY`), in a dialog."""
+        if self.capability is None:
+            self.notify("Still probing this machine; explain needs its capability.", markup=False)
+            return
+        plan = resolve(self.profile, self.capability, self._tuned_here())
+        self.push_screen(ExplainScreen(key, explain(key, plan)))
 
     def _tuned_here(self) -> Tuned | None:
         """The measurements `auto` follows: this machine's, when the options are validated for it."""

@@ -1,18 +1,25 @@
-"""Live GPU panel: a row per GPU with memory bar and sparklines of the last minute."""
+"""Live GPU panel: what the options are validated for, then a row per GPU of this machine with
+memory bar, sparklines of the last minute and the processes holding its memory."""
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from backends.machine.capability import GPU, NvmlInfo
+from backends.machine.capability import GPU, Capability, NvmlInfo
+from backends.machine.nvml import GpuProcess
+from ltx_tui.widgets.target import NO_GPU_HINT, target_text
 
 HISTORY = 60  # samples, about one a second
 BARS = " ▁▂▃▄▅▆▇█"
+SHOWN_PROCESSES = 8
+# NVML index -> (the processes on that GPU or None, why NVML could not list them)
+Processes = Mapping[int, tuple[tuple[GpuProcess, ...] | None, str | None]]
 
 
 def sparkline(values, width: int = HISTORY) -> Text:
@@ -46,8 +53,29 @@ def gpu_text(g: GPU) -> Text:
     return text
 
 
+def processes_text(procs: tuple[GpuProcess, ...] | None, error: str | None) -> Text:
+    """The processes holding the GPU's memory, as nvitop lists them: pid, type, memory, command line
+    (literal; app.tcss cuts it at the panel's edge); or why NVML could not list them."""
+    text = Text()
+    if procs is None:
+        return text.append(f"processes: {error or 'not read'}", style="yellow")
+    if not procs:
+        text.append("no processes on this GPU", style="dim")
+    else:
+        text.append(f"{'pid':>8} type {'memory':>9}  command", style="dim")
+    for p in procs[:SHOWN_PROCESSES]:
+        mem = f"{p.used_memory / 1024**3:5.1f} GiB" if p.used_memory is not None else "      n/a"
+        text.append(f"\n{p.pid:>8} {p.kind:<4} {mem:>9}  ")
+        text.append(p.name, style="bold" if not p.name.startswith("?") else "dim")
+    if len(procs) > SHOWN_PROCESSES:
+        text.append(f"\n… {len(procs) - SHOWN_PROCESSES} more", style="dim")
+    if error:
+        text.append(f"\n{error}", style="yellow")
+    return text
+
+
 class GpuRow(Vertical):
-    """One GPU: its readings and two sparklines of the last minute (utilisation, memory %)."""
+    """One GPU: its readings, two sparklines of the last minute (utilisation, memory %), its processes."""
 
     def __init__(self, index: int) -> None:
         super().__init__(classes="gpu-row")
@@ -58,12 +86,14 @@ class GpuRow(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(classes="gpu-info")
         yield Static(classes="gpu-spark")
+        yield Static(classes="gpu-procs")
 
-    def show(self, gpu: GPU) -> None:
+    def show(self, gpu: GPU, procs: tuple[tuple[GpuProcess, ...] | None, str | None]) -> None:
         self.util.append(float(gpu.utilization or 0))
         used, total = gpu.memory_used or 0, gpu.memory_total or 0
         self.mem.append(100.0 * used / total if total else 0.0)
         self.query_one(".gpu-info", Static).update(gpu_text(gpu))
+        self.query_one(".gpu-procs", Static).update(processes_text(*procs))
         self._draw_sparklines()
 
     def _draw_sparklines(self) -> None:
@@ -78,43 +108,51 @@ class GpuRow(Vertical):
 
 
 class GpuPanel(VerticalScroll):
-    """GPUs from NVML, refreshed by the app; a notice when there is no driver or GPU."""
+    """What the options are validated for, and this machine's GPUs from NVML, refreshed by the app; a
+    notice when there is no driver or GPU."""
 
     BORDER_TITLE = "GPUs"
     can_focus = False  # display only; keyboard focus stays with the options
+    live = True  # the options are validated for this machine (not a preset or a file)
+
     def compose(self) -> ComposeResult:
+        yield Static(classes="gpu-target")
         yield Static("reading NVML…", classes="gpu-notice")
         yield Vertical(classes="gpu-rows")
 
-    def show(self, info: NvmlInfo, gpus: tuple[GPU, ...], capability_source: str | None) -> None:
+    def show_target(self, cap: Capability | None) -> None:
+        """Say what the options are validated for (None: this machine, still being probed)."""
+        self.live = cap is None or cap.source == "live"
+        text = Text("Validating for ", style="bold").append(target_text(cap))
+        if cap is not None and self.live and not cap.gpus:
+            text.append(f"\n{NO_GPU_HINT}", style="dim")
+        self.query_one(".gpu-target", Static).update(text)
+
+    def show(self, info: NvmlInfo, gpus: tuple[GPU, ...], processes: Processes) -> None:
         notice = self.query_one(".gpu-notice", Static)
         if not info.available or not gpus:
             why = info.reason if not info.available else "NVML sees no GPU"
-            authoring = f"\nvalidating against capability {capability_source}" \
-                if capability_source and capability_source != "live" else ""
-            notice.update(Text(f"No GPU here: {why}{authoring}", style="yellow"))
-            notice.display = True
+            notice.update(Text(f"No GPU on this machine: {why}", style="yellow"))
         else:
-            driver = f"driver {info.driver_version or '?'}  CUDA {info.cuda_driver_version or '?'}"
-            if capability_source and capability_source != "live":
-                driver += f"\nvalidating against capability {capability_source}"
-            notice.update(Text(driver, style="dim"))
+            here = "" if self.live else "This machine: "
+            notice.update(Text(f"{here}driver {info.driver_version or '?'}  CUDA {info.cuda_driver_version or '?'}",
+                               style="dim"))
         rows = self.query_one(".gpu-rows", Vertical)
         existing = list(rows.query(GpuRow))
+        readings = [(g, processes.get(g.nvml_index, (None, "not read"))) for g in gpus]
         if [r.index for r in existing] != [g.index for g in gpus]:
             rows.remove_children()
             existing = [GpuRow(g.index) for g in gpus]
             rows.mount_all(existing)
-            self.call_after_refresh(self._fill, existing, gpus)
+            self.call_after_refresh(self._fill, existing, readings)
         else:
-            self._fill(existing, gpus)
+            self._fill(existing, readings)
 
     @staticmethod
-    def _fill(rows: list[GpuRow], gpus: tuple[GPU, ...]) -> None:
-        for row, gpu in zip(rows, gpus):
-            row.show(gpu)
+    def _fill(rows: list[GpuRow], readings) -> None:
+        for row, (gpu, procs) in zip(rows, readings):
+            row.show(gpu, procs)
 
     def show_error(self, message: str) -> None:
         notice = self.query_one(".gpu-notice", Static)
         notice.update(Text(message, style="red"))
-        notice.display = True
