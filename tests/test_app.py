@@ -457,7 +457,7 @@ async def test_help_shows_keys_as_typed():
         await pilot.pause()
         table = app.screen.query_one(DataTable)
         keys = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
-        assert "?" in keys and "question_mark" not in keys
+        assert "?" in keys and "question_mark" not in keys and "ctrl+p" in keys
 
 
 async def test_narrow_title_keeps_the_error_count():

@@ -15,6 +15,7 @@ EXTRA_KEYS = [
     ("up / down", "choose in an open list"),
     ("y / n", "answer a question"),
     ("escape", "close a dialog"),
+    ("ctrl+p", "command palette: set OPTION = VALUE, explain OPTION, smoke, tune, export, switch tab"),
 ]
 
 
