@@ -33,8 +33,8 @@ from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
 from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
-from backends.config.plan import explain, resolve
-from backends.config.ltx2_shapes import RunShapes
+from backends.config.plan import Plan, explain, plan_here, resolve
+from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes  # DEFAULT_RUN: until the Plan tab changes it
 from backends.config.memory import plan_memory
 from backends.config.rules import Decision, Status, summarize
 from backends.machine.tuned import Candidate, Tuned, load_tuned
@@ -89,15 +89,16 @@ def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult
 # tuner(profile, capability, shapes, on_event, cancel) -> what it measured (and cached)
 Tuner = Callable[[Profile, capmod.Capability, RunShapes, Callable[[int, int, Candidate | None], None],
                   threading.Event], Tuned]
-DEFAULT_RUN = RunShapes(768, 512, 121)  # the run the memory plan and the tune use until the Plan tab changes it
 
 
-def value_marks(profile: Profile, cap: capmod.Capability, key: str) -> dict[str, tuple[Status, str]]:
-    """What each value of choice/boolean option `key` would resolve to, the rest unchanged."""
+def value_marks(profile: Profile, cap: capmod.Capability, key: str, tuned: Tuned | None = None
+                ) -> dict[str, tuple[Status, str]]:
+    """What each value of choice/boolean option `key` would resolve to, the rest unchanged (`auto`
+    following `tuned`, as the app's plan does)."""
     spec = OPTIONS_BY_KEY[key]
     marks = {}
     for value in choice_values(spec):
-        d = next(x for x in resolve(profile.replace(**{key: typed_choice(spec, value)}), cap) if x.option == key)
+        d = resolve(profile.replace(**{key: typed_choice(spec, value)}), cap, tuned)[key]
         marks[value] = (d.status, d.chain[-1].reason)
     return marks
 
@@ -175,7 +176,7 @@ class LtxTuiApp(App):
                 self.capability = load_capability(capability)
             except capmod.CapabilityError as e:
                 self.problems.append(f"Capability error: {e}. Using this machine instead.")
-        self.decisions: list[Decision] = []
+        self.decisions: Plan | list[Decision] = []  # the plan here, once the capability is known
         self._polling = False
         self._nvml_paused_until = 0.0
         self._smoke_cancel: threading.Event | None = None
@@ -337,7 +338,7 @@ class LtxTuiApp(App):
         self._show_target()
         self._resolve()
         if isinstance(self.screen, ChoiceScreen):  # a chooser opened while probing gets its marks now
-            self.screen.set_marks(value_marks(self.profile, cap, self.screen.spec.key))
+            self.screen.set_marks(self.value_marks(self.screen.spec.key))
 
     def _resolve(self) -> None:
         if self.capability is None:
@@ -370,15 +371,14 @@ class LtxTuiApp(App):
 
     def value_marks(self, key: str) -> dict[str, tuple[Status, str]]:
         """What each value of option `key` would resolve to here ({} while probing)."""
-        return value_marks(self.profile, self.capability, key) if self.capability else {}
+        return value_marks(self.profile, self.capability, key, self._tuned_here()) if self.capability else {}
 
     def explain_option(self, key: str) -> None:
         """What option `key` means for this profile here (`ltx-tui --explain KEY`), in a dialog."""
         if self.capability is None:
             self.notify("Still probing this machine; explain needs its capability.", markup=False)
             return
-        plan = resolve(self.profile, self.capability, self._tuned_here())
-        self.push_screen(ExplainScreen(key, explain(key, plan)))
+        self.push_screen(ExplainScreen(key, explain(key, self.decisions)))
 
     def _tuned_here(self) -> Tuned | None:
         """The measurements `auto` follows: this machine's, when the options are validated for it."""
@@ -509,7 +509,7 @@ class LtxTuiApp(App):
                                             self.prober())  # this machine, probed out of the UI process
             note = "" if here or self.capability is None else (
                 f" (checks planned for this machine: the options are validated for {self.capability.source})")
-            specs = plan_checks(resolve(profile, cap))
+            specs = plan_checks(plan_here(profile, cap))  # as the workers and --check plan it: the tune cache too
             self.call_from_thread(panel.start, specs, note)
             results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),
                                         lambda i, r: self.call_from_thread(panel.result, i, r))
@@ -528,7 +528,8 @@ class LtxTuiApp(App):
                 self.dirty = self.new_file = False
                 self._update_title()
                 self.notify(f"Profile written to {path}", title="Exported", markup=False)
-        self.push_screen(ExportScreen(self.profile, self.capability, default), done)
+        self.push_screen(ExportScreen(self.profile, self.capability, default,
+                                      self.decisions if self.capability is not None else None), done)
 
     # --- the run's shapes --------------------------------------------------------------------
     @on(RunShapeForm.Changed)

@@ -49,3 +49,16 @@ async def test_app_smoke_after_a_tune_passes_every_row():
         rows = [[str(c) for c in table.get_row(str(k))] for k in range(table.row_count)]
         assert "attention pytorch" in [r[0] for r in rows]
         assert all(r[1] == "pass" for r in rows), rows
+
+
+def test_value_marks_and_explain_follow_the_tune_cache():
+    """The chooser's marks and explain read the app's plan, tune cache included (they used to resolve without it)."""
+    from ltx_tui.app import value_marks
+
+    cap = probe()
+    _tuned_to_plain_attention(cap)
+    from backends.machine.tuned import load_tuned
+
+    marks = value_marks(Profile(), cap, "transformer.attention", load_tuned(cap))
+    assert "fastest measured here" in marks["automatic"][1]
+    assert "fastest measured here" not in value_marks(Profile(), cap, "transformer.attention")["automatic"][1]

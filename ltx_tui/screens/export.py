@@ -25,7 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
 from backends.config.options import Profile
-from backends.config.plan import resolve
+from backends.config.plan import Plan
 from backends.config.profile import save
 from backends.ltx_args import ltx_args, run_command
 from backends.machine.capability import Capability
@@ -47,10 +47,12 @@ class ExportScreen(ModalScreen[Path | None]):
     ExportScreen #copy-run { margin-left: 1; }
     """
 
-    def __init__(self, profile: Profile, capability: Capability | None, default_path: str) -> None:
+    def __init__(self, profile: Profile, capability: Capability | None, default_path: str,
+                 plan: Plan | None = None) -> None:
+        """`plan`: the app's plan of `profile` (the tune cache included); None while probing."""
         super().__init__()
         self.profile, self.capability, self.default_path = profile, capability, default_path
-        self.plan = resolve(profile, capability) if capability is not None else None
+        self.plan = plan
         self.written: Path | None = None
 
     def compose(self) -> ComposeResult:
