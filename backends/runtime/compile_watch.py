@@ -31,7 +31,7 @@ class _Suppressed(logging.Handler):
         self.count += 1
         lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
         exc = record.exc_info[1] if record.exc_info else None
-        why = f"{type(exc).__name__}: {' '.join(str(exc).split())}" if exc else ""
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())}".split(" Set TORCHDYNAMO_VERBOSE")[0] if exc else ""
         text = ": ".join(x for x in (lines[0] if lines else "", why) if x) or "no message"
         self.reasons.append((self.count, text[:300]))
 
