@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import json
 
@@ -51,7 +52,8 @@ def test_probe_reads_every_gpu_field_from_nvml(monkeypatch):
     assert g.memory_total == 143771 * 2**20 and g.memory_used == 2 * 2**30
     assert (g.utilization, g.temperature, g.sm_clock, g.mem_clock) == (55, 41, 1980, 3201)
     assert g.power_draw == pytest.approx(100.001) and g.power_limit == 700.0
-    assert nvml.shutdown_calls == 1
+    # every nvmlInit is shut down (two GPUs without CUDA: NVML is asked again for their peer access)
+    assert nvml.shutdown_calls == nvml.init_calls == 2
 
 
 @pytest.mark.usefixtures("cpu_torch")
@@ -263,3 +265,138 @@ def test_fingerprint_ignores_live_readings():
     assert a.fingerprint() == b.fingerprint()
     c = probe(nvml_module=FakeNvml([fake_gpu(0, name="NVIDIA A100", cc=(8, 0))]), env={})
     assert c.fingerprint() != a.fingerprint()
+
+
+# --- multi-GPU facts: peer access, ltx-kernels' all2all -------------------------------------------
+
+class P2PNvml(FakeNvml):
+    """FakeNvml with NVML's P2P status: `blocked` holds the NVML index pairs without peer access."""
+
+    NVML_P2P_CAPS_INDEX_READ, NVML_P2P_CAPS_INDEX_WRITE, NVML_P2P_STATUS_OK = 0, 1, 0
+
+    def __init__(self, gpus, blocked=()):
+        super().__init__(gpus)
+        self.blocked = {frozenset(p) for p in blocked}
+
+    def nvmlDeviceGetP2PStatus(self, a, b, cap):
+        return 5 if frozenset((a, b)) in self.blocked else self.NVML_P2P_STATUS_OK
+
+
+def test_peer_access_from_torch(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda i, j: {i, j} != {0, 2})
+    peer = capmod._probe_peer_access(3)
+    assert peer.source == "torch.cuda.can_device_access_peer" and peer.reason is None
+    assert peer.matrix == ((True, True, False), (True, True, True), (False, True, True))
+    assert peer.between(0, 2) is False and peer.between(1, 1) is True and peer.between(0, 5) is None
+
+    def boom(i, j):
+        raise RuntimeError("CUDA driver error")
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", boom)
+    failed = capmod._probe_peer_access(2)
+    assert failed.matrix == () and "raised RuntimeError: CUDA driver error" in failed.reason
+
+
+def test_peer_access_from_nvml_when_torch_cannot_say():
+    peer = capmod.nvml_peer_access(P2PNvml([fake_gpu(0), fake_gpu(1), fake_gpu(2)], blocked=[(1, 2)]), [0, 2, 1])
+    assert peer.source == "NVML nvmlDeviceGetP2PStatus (read and write)"
+    assert peer.matrix == ((True, True, True), (True, True, False), (True, False, True))  # CUDA ordinal order
+    no_p2p = capmod.nvml_peer_access(FakeNvml([fake_gpu(0), fake_gpu(1)]), [0, 1])
+    assert no_p2p.matrix == () and "NVML P2P status" in no_p2p.reason
+
+
+@pytest.mark.usefixtures("cpu_torch")
+def test_probe_records_peer_access_without_cuda_from_nvml():
+    cap = probe(nvml_module=P2PNvml([fake_gpu(0), fake_gpu(1)], blocked=[(0, 1)]), env={})
+    assert not cap.cuda and cap.peer_access.matrix == ((True, False), (False, True))
+    assert "NVML" in cap.peer_access.source
+    one = probe(nvml_module=P2PNvml([fake_gpu(0)]), env={})
+    assert one.peer_access.matrix == () and one.peer_access.reason  # one GPU without CUDA: nothing to say
+
+
+def test_peer_access_round_trips_and_is_in_the_fingerprint(tmp_path):
+    cap = preset("h200x4")
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(cap.to_dict()))
+    loaded = load_capability(str(path))
+    assert loaded.peer_access == cap.peer_access and loaded.fingerprint() == cap.fingerprint()
+    blocked = dataclasses.replace(cap, peer_access=capmod.PeerAccess(
+        tuple(tuple(i == j for j in range(4)) for i in range(4)), "test", None))
+    assert blocked.fingerprint() != cap.fingerprint()
+    one = preset("h200")  # a single GPU's fingerprint does not change with peer access
+    assert dataclasses.replace(one, peer_access=capmod.PeerAccess()).fingerprint() == one.fingerprint()
+    data = cap.to_dict()
+    del data["peer_access"]
+    path.write_text(json.dumps(data))
+    old = load_capability(str(path))
+    assert old.peer_access.matrix == () and "not in this capability file" in old.peer_access.reason
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(peer_access=[]), r"\$\.peer_access: expected an object"),
+    (lambda d: d["peer_access"].update(matrix="all"), r"\$\.peer_access\.matrix: expected an array"),
+    (lambda d: d["peer_access"].update(matrix=[[True, True]]), r"\$\.peer_access\.matrix: 1 rows for 2 GPU"),
+    (lambda d: d["peer_access"]["matrix"][1].append(True), r"\$\.peer_access\.matrix\[1\]: expected an array of 2"),
+    (lambda d: d["peer_access"]["matrix"][0].__setitem__(1, "yes"),
+     r"\$\.peer_access\.matrix\[0\]\[1\]: expected true, false or null, found \"yes\""),
+    (lambda d: d["peer_access"].update(source=3), r"\$\.peer_access\.source: expected a string or null"),
+])
+def test_malformed_peer_access_names_its_json_path(tmp_path, edit, match):
+    data = json.loads(json.dumps(preset("h100x2").to_dict()))  # as a file holds it: arrays, not tuples
+    edit(data)
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CapabilityError, match=match):
+        load_capability(str(path))
+
+
+def fatbin(entries, junk=b"\x7fELF" + b"\0" * 60):
+    """A shared library's bytes holding one CUDA fat binary container with `entries` ((kind, sm, payload))."""
+    import struct
+
+    body = b""
+    for kind, sm, payload in entries:
+        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), 0, 0, 0, 8, sm, 0, 0, 0, 0, 0)
+        body += header + payload
+    return junk + struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body + b"\0" * 16
+
+
+def test_cuda_binary_archs_reads_the_fat_binary_headers(tmp_path):
+    so = tmp_path / "all2all_cpp.so"
+    so.write_bytes(fatbin([(2, 90, b"\x01" * 100), (1, 90, b"// ptx" * 7), (2, 100, b"\x02" * 33)]))
+    archs, how = capmod.cuda_binary_archs(str(so))
+    assert archs == ("compute_90", "sm_100", "sm_90") and "read from the CUDA fat binaries" in how
+    so.write_bytes(b"\x7fELF" + b"\0" * 100)
+    assert capmod.cuda_binary_archs(str(so)) == (None, f"no CUDA fat binary in it ({so})")
+    assert "cannot read" in capmod.cuda_binary_archs(str(tmp_path / "nope.so"))[1]
+
+
+@pytest.mark.parametrize("archs, cc, runs", [
+    (["sm_90"], (9, 0), True), (["sm_90"], (10, 0), False), (["sm_90", "compute_90"], (10, 0), True),
+    (["sm_80"], (8, 6), True), (["sm_86"], (8, 0), False), (["compute_100"], (9, 0), False),
+    (["sm_90a"], (9, 0), True), (["sm_100"], (10, 0), True), (["sm_120"], (10, 0), False),
+])
+def test_arch_runs_on(archs, cc, runs):
+    assert capmod.arch_runs_on(archs, cc) is runs
+
+
+def test_probe_all2all_finds_the_extension_and_says_what_it_could_not_tell(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("all2all_cpp", "ltx_kernels", "ltx_kernels.all_to_all"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    missing = capmod.probe_all2all()
+    assert missing["all2all"] is False and "all2all_cpp) is not installed" in missing["all2all_note"]
+    (tmp_path / "all2all_cpp.py").write_text("class All2All: pass\n")
+    (tmp_path / "ltx_kernels").mkdir()
+    (tmp_path / "ltx_kernels" / "__init__.py").write_text("from ltx_kernels.all_to_all import All2All\n")
+    (tmp_path / "ltx_kernels" / "all_to_all.py").write_text("from all2all_cpp import All2All\n")
+    found = capmod.probe_all2all()
+    assert found["all2all"] is True and found["all2all_path"].endswith("all2all_cpp.py")
+    assert found["all2all_archs"] is None and "no CUDA fat binary in it" in found["all2all_note"]
+    package = capmod.probe_package("ltx_kernels", "ltx_kernels", "ltx-kernels", cuda=True)
+    assert package.available and package.details["all2all"] is True
+    for name in ("all2all_cpp", "ltx_kernels", "ltx_kernels.all_to_all"):
+        monkeypatch.delitem(sys.modules, name, raising=False)

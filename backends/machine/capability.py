@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -90,6 +91,31 @@ class Package:
 
 
 @dataclass(frozen=True)
+class PeerAccess:
+    """Which pairs of GPUs can reach each other's memory (CUDA peer access), by CUDA ordinal:
+    `matrix[i][j]` is True or False, None where it is unknown; `source` says how it was read
+    (torch.cuda.can_device_access_peer, or NVML's P2P status), `reason` why it is unknown.
+
+    ltx-kernels' all2all (sequence parallelism) maps every rank's buffer into the other ranks
+    through CUDA IPC and writes to it directly (`cudaIpcOpenMemHandle` with lazy peer access in
+    its csrc/all2all/all2all.cpp): every pair of the GPUs a run uses needs peer access.
+    """
+
+    matrix: tuple[tuple[bool | None, ...], ...] = ()
+    source: str | None = None
+    reason: str | None = "not probed"
+
+    def between(self, i: int, j: int) -> bool | None:
+        """Peer access from GPU `i` to GPU `j` (True for the same GPU); None when unknown."""
+        if i == j:
+            return True
+        try:
+            return self.matrix[i][j]
+        except IndexError:
+            return None
+
+
+@dataclass(frozen=True)
 class Capability:
     source: str
     platform: str
@@ -98,6 +124,7 @@ class Capability:
     gpus: tuple[GPU, ...]
     packages: Mapping[str, Package]
     sdpa: Mapping[str, Availability]
+    peer_access: PeerAccess = field(default_factory=PeerAccess)
 
     @property
     def cuda(self) -> bool:
@@ -129,6 +156,8 @@ class Capability:
             "packages": {n: (p.available, p.version, dict(p.details)) for n, p in sorted(self.packages.items())},
             "sdpa": {n: a.available for n, a in sorted(self.sdpa.items())},
         }
+        if len(self.gpus) > 1:  # only a box of several GPUs has peer access to decide about
+            static["peer_access"] = self.peer_access.matrix
         blob = json.dumps(static, sort_keys=True, default=str).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
 
@@ -155,8 +184,13 @@ PACKAGE_MODULES: tuple[tuple[str, str, str], ...] = (
     ("turbo_diffusion_ops", "turbo_diffusion_ops", "turbodiffusion"),
     ("spas_sage_attn", "spas_sage_attn", "spas-sage-attn"),
 )
-# ltx_kernels' optional builds, probed as submodules.
+# ltx_kernels' optional builds, probed as submodules (all2all: its compiled extension, below).
 LTX_KERNELS_PARTS = ("nvfp4", "vae", "all2all", "fp8_blockwise")
+# ltx-kernels v1.2.0 builds its all2all as a top-level CUDA extension named `all2all_cpp` (setup.py's
+# CUDAExtension, sources csrc/all2all/*), which `ltx_kernels.all_to_all` imports its All2All from;
+# `ltx_kernels/__init__.py` imports that module, so without the extension ltx_kernels itself does not import.
+ALL2ALL_EXTENSION = "all2all_cpp"
+ALL2ALL_MODULE = "ltx_kernels.all_to_all"
 
 
 def _dist_version(dist: str, module: Any = None) -> str | None:
@@ -206,7 +240,101 @@ def probe_package(name: str, module: str, dist: str, *, cuda: bool) -> Package:
     if name == "ltx_kernels":
         for part in LTX_KERNELS_PARTS:
             details[part] = _find(f"{module}.{part}")
+        details.update(probe_all2all())
     return Package(name, module, True, _dist_version(dist, mod), details=details)
+
+
+# ---------------------------------------------------------------------------------------
+# ltx-kernels' all2all: importable, and for which GPU architectures its extension was built
+
+_FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")  # CUDA fat binary container header
+_MAX_BINARY = 512 * 1024 * 1024  # an extension's shared library; all2all_cpp is a few MiB
+
+
+def cuda_binary_archs(path: str) -> tuple[tuple[str, ...] | None, str]:
+    """The GPU code in the CUDA fat binaries of shared library `path`: ("sm_90", "compute_90", ...)
+    (sm_XY: machine code for SM X.Y; compute_XY: PTX that the driver compiles for SM >= X.Y), or None
+    and why it cannot be told. Reads only the containers' headers (their payloads may be compressed).
+
+    Container layout (what cuobjdump lists; documented by NVIDIA's fatbinary headers and the
+    open-source fat binary readers): a 16-byte header (magic 0xBA55ED50, u16 version, u16 header
+    size, u64 size of the entries that follow), then entries, each with a header of u16 kind (1 PTX,
+    2 ELF machine code), u16, u32 header size, u64 payload size, u32 compressed size, u32, u16 minor,
+    u16 major, u32 SM number (90 for SM 9.0), ...; the payload follows the entry header.
+    """
+    try:
+        with open(path, "rb") as f:
+            blob = f.read(_MAX_BINARY + 1)
+    except OSError as e:
+        return None, f"cannot read {path}: {e.strerror or e}"
+    if len(blob) > _MAX_BINARY:
+        return None, f"{path} is larger than {_MAX_BINARY >> 20} MiB; not read"
+    found: set[tuple[int, int]] = set()
+    at = blob.find(_FATBIN_MAGIC)
+    containers = 0
+    while at >= 0:
+        if at + 16 <= len(blob):
+            header_size = int.from_bytes(blob[at + 6:at + 8], "little")
+            total = int.from_bytes(blob[at + 8:at + 16], "little")
+            entry, end = at + header_size, min(at + header_size + total, len(blob))
+            if header_size >= 16 and total > 0:
+                containers += 1
+                while entry + 32 <= end:
+                    kind = int.from_bytes(blob[entry:entry + 2], "little")
+                    entry_header = int.from_bytes(blob[entry + 4:entry + 8], "little")
+                    payload = int.from_bytes(blob[entry + 8:entry + 16], "little")
+                    arch = int.from_bytes(blob[entry + 28:entry + 32], "little")
+                    if kind in (1, 2) and 0 < arch < 1000:
+                        found.add((kind, arch))
+                    if entry_header < 32:
+                        break
+                    entry += entry_header + payload
+        at = blob.find(_FATBIN_MAGIC, at + 4)
+    if not found:
+        why = "no GPU code found in its CUDA fat binaries" if containers else "no CUDA fat binary in it"
+        return None, f"{why} ({path})"
+    names = sorted(f"{'sm' if kind == 2 else 'compute'}_{arch}" for kind, arch in found)
+    return tuple(names), f"read from the CUDA fat binaries of {path}"
+
+
+def arch_runs_on(archs: tuple[str, ...] | list[str], cc: tuple[int, int]) -> bool:
+    """Whether GPU code for `archs` (cuda_binary_archs' names) runs on a GPU of compute capability
+    `cc`: machine code sm_XY runs on SM X.Z for Z >= Y (same major); PTX compute_XY is compiled by
+    the driver for any SM >= X.Y."""
+    for name in archs:
+        kind, _, number = name.partition("_")
+        digits = number.rstrip("af")
+        if not digits.isdigit():
+            continue
+        major, minor = int(digits) // 10, int(digits) % 10
+        if kind == "sm" and major == cc[0] and minor <= cc[1]:
+            return True
+        if kind == "compute" and (major, minor) <= tuple(cc):
+            return True
+    return False
+
+
+def probe_all2all() -> dict[str, Any]:
+    """ltx-kernels' all2all as sequence parallelism needs it: `all2all` (its module and compiled
+    extension import), `all2all_path` (the extension's file), `all2all_archs` (the GPU code built
+    into it, None when that cannot be told) and `all2all_note` (how it was found, or why not)."""
+    spec = None
+    try:
+        spec = importlib.util.find_spec(ALL2ALL_EXTENSION)
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    if spec is None:
+        return {"all2all": False, "all2all_path": None, "all2all_archs": None,
+                "all2all_note": f"ltx-kernels' all2all extension ({ALL2ALL_EXTENSION}) is not installed: it is "
+                "built by ltx-kernels' setup.py (nvcc) or torch.utils.cpp_extension from csrc/all2all"}
+    path = printable(spec.origin or "?")
+    mod, why = import_optional(ALL2ALL_MODULE)
+    if mod is None:
+        return {"all2all": False, "all2all_path": path, "all2all_archs": None,
+                "all2all_note": printable(f"{ALL2ALL_MODULE} does not import ({why})")}
+    archs, how = cuda_binary_archs(spec.origin) if spec.origin else (None, "the extension has no file")
+    return {"all2all": True, "all2all_path": path, "all2all_archs": list(archs) if archs else None,
+            "all2all_note": printable(how)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -251,6 +379,73 @@ def _probe_torch(nvml_gpu_count: int | None) -> tuple[TorchInfo, list[dict[str, 
         devices.append({"index": i, "name": printable(p.name), "cc": (p.major, p.minor),
                         "memory_total": int(p.total_memory), "uuid": uuid})
     return TorchInfo(**base, cuda_available=True, device_count=count), devices
+
+
+TORCH_PEER = "torch.cuda.can_device_access_peer"
+NVML_PEER = "NVML nvmlDeviceGetP2PStatus (read and write)"
+
+
+def _probe_peer_access(count: int) -> PeerAccess:
+    """Peer access between every pair of the `count` CUDA devices torch sees, or why not."""
+    if count < 1:
+        return PeerAccess(reason="no CUDA device")
+    import torch
+
+    rows = []
+    try:
+        for i in range(count):
+            rows.append(tuple(True if i == j else bool(torch.cuda.can_device_access_peer(i, j))
+                              for j in range(count)))
+    except Exception as e:
+        return PeerAccess(reason=printable(f"{TORCH_PEER} raised {type(e).__name__}: {e}"))
+    return PeerAccess(tuple(rows), TORCH_PEER, None)
+
+
+def nvml_peer_access(module: Any, nvml_indices: list[int | None], timeout: float = 10.0) -> PeerAccess:
+    """Peer access from NVML's P2P status (read and write both OK), for GPUs given by their NVML
+    index in CUDA ordinal order: the fallback when torch cannot say (a CPU build of torch). Reads
+    in a daemon thread, so a hung driver costs `timeout`, never a hang."""
+    box: dict[str, PeerAccess] = {}
+
+    def read() -> None:
+        nv = module
+        try:
+            if nv is None:
+                import pynvml as nv
+            nv.nvmlInit()
+        except Exception as e:
+            box["result"] = PeerAccess(reason=f"NVML: {nvml_mod.describe_error(e)}")
+            return
+        try:
+            handles = [None if i is None else nv.nvmlDeviceGetHandleByIndex(i) for i in nvml_indices]
+            caps = (nv.NVML_P2P_CAPS_INDEX_READ, nv.NVML_P2P_CAPS_INDEX_WRITE)
+            rows = []
+            for a, ha in enumerate(handles):
+                row: list[bool | None] = []
+                for b, hb in enumerate(handles):
+                    if a == b:
+                        row.append(True)
+                    elif ha is None or hb is None:
+                        row.append(None)
+                    else:
+                        row.append(all(nv.nvmlDeviceGetP2PStatus(ha, hb, c) == nv.NVML_P2P_STATUS_OK
+                                       for c in caps))
+                rows.append(tuple(row))
+            box["result"] = PeerAccess(tuple(rows), NVML_PEER, None)
+        except Exception as e:
+            box["result"] = PeerAccess(reason=f"NVML P2P status: {nvml_mod.describe_error(e)}")
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except Exception:
+                pass
+
+    reader = threading.Thread(target=read, name="nvml-p2p", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        return PeerAccess(reason=f"NVML did not answer within {timeout:g} s")
+    return box["result"]
 
 
 def _probe_sdpa(cuda: bool) -> dict[str, Availability]:
@@ -359,7 +554,11 @@ def probe(*, nvml_module: Any = None, env: Mapping[str, str] | None = None,
     nvml = dataclasses.replace(nvml, ordinal_match=match)
     cuda = torch_info.cuda_available and bool(gpus)
     packages = {name: probe_package(name, mod, dist, cuda=cuda) for name, mod, dist in PACKAGE_MODULES}
-    cap = Capability("live", sys.platform, nvml, torch_info, gpus, packages, _probe_sdpa(cuda))
+    peer = _probe_peer_access(len(gpus)) if cuda else PeerAccess(reason=torch_info.cuda_reason or "no CUDA device")
+    if peer.source is None and len(gpus) > 1 and nvml.available:
+        nvml_peer = nvml_peer_access(nvml_module, [g.nvml_index for g in gpus], nvml_timeout)
+        peer = nvml_peer if nvml_peer.source else PeerAccess(reason=f"{peer.reason}; {nvml_peer.reason}")
+    cap = Capability("live", sys.platform, nvml, torch_info, gpus, packages, _probe_sdpa(cuda), peer)
     return cap
 
 
@@ -482,10 +681,39 @@ def from_dict(data: Mapping[str, Any], source: str, warnings: list[str] | None =
                 for n, p in r.mapping(data["packages"], f"{path}.packages").items()}
     sdpa = {printable(n): r.obj(Availability, a, f"{path}.sdpa.{n}")
             for n, a in r.mapping(data["sdpa"], f"{path}.sdpa").items()}
-    known = {"source", "platform", "nvml", "torch", "gpus", "packages", "sdpa"}
+    peer = _peer_access(r, data["peer_access"], f"{path}.peer_access", len(gpus)) if "peer_access" in data \
+        else PeerAccess(reason="not in this capability file (written before ltx-tui probed peer access)")
+    known = {"source", "platform", "nvml", "torch", "gpus", "packages", "sdpa", "peer_access"}
     extra = sorted(set(data) - known)
     if extra:
         r.ignored(path, extra)
     return Capability(source=source, platform=printable(data["platform"]),
                       nvml=r.obj(NvmlInfo, data["nvml"], f"{path}.nvml"),
-                      torch=r.obj(TorchInfo, data["torch"], f"{path}.torch"), gpus=gpus, packages=packages, sdpa=sdpa)
+                      torch=r.obj(TorchInfo, data["torch"], f"{path}.torch"), gpus=gpus, packages=packages, sdpa=sdpa,
+                      peer_access=peer)
+
+
+def _peer_access(r: _Reader, value: Any, path: str, gpus: int) -> PeerAccess:
+    """The peer-access block of a capability file: a square matrix of true/false/null, one row per GPU."""
+    value = r.mapping(value, path)
+    extra = sorted(set(value) - {"matrix", "source", "reason"})
+    if extra:
+        r.ignored(path, extra)
+    for key in ("source", "reason"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            raise r.fail(f"{path}.{key}", f"expected a string or null, found {_shown(value[key])}")
+    matrix = value.get("matrix", [])
+    if not isinstance(matrix, list):
+        raise r.fail(f"{path}.matrix", f"expected an array, found {_shown(matrix)}")
+    if matrix and len(matrix) != gpus:
+        raise r.fail(f"{path}.matrix", f"{len(matrix)} rows for {gpus} GPU(s); expected one row per GPU")
+    rows = []
+    for i, row in enumerate(matrix):
+        if not isinstance(row, list) or len(row) != gpus:
+            raise r.fail(f"{path}.matrix[{i}]", f"expected an array of {gpus} true/false/null, found {_shown(row)}")
+        for j, cell in enumerate(row):
+            if cell is not None and not isinstance(cell, bool):
+                raise r.fail(f"{path}.matrix[{i}][{j}]", f"expected true, false or null, found {_shown(cell)}")
+        rows.append(tuple(row))
+    return PeerAccess(tuple(rows), *(printable(value[k]) if value.get(k) is not None else None
+                                     for k in ("source", "reason")))

@@ -22,6 +22,7 @@ from backends.machine.capability import (
     CapabilityError,
     NvmlInfo,
     Package,
+    PeerAccess,
     TorchInfo,
     from_dict,
 )
@@ -35,31 +36,39 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class PresetSpec:
+    """`peer_access`: whether two GPUs of such a box reach each other's memory (NVLink on the SXM
+    boards); None where it depends on the box (PCIe topology, the driver), so a preset does not say.
+    With `all2all` among `ltx_kernels_parts`, ltx-kernels' all2all is built for the preset's SM."""
+
     gpu: str | None
     cc: tuple[int, int] | None
     memory_gib: int
     packages: tuple[str, ...]
     ltx_kernels_parts: tuple[str, ...] = ()
     has_libnatten: bool = True
+    peer_access: bool | None = None
 
 
 _GPU_COMMON = ("natten", "triton")
 
 PRESETS: dict[str, PresetSpec] = {
-    "a100": PresetSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80, _GPU_COMMON),
+    "a100": PresetSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80, _GPU_COMMON, peer_access=True),
     "h100": PresetSpec("NVIDIA H100 80GB HBM3", (9, 0), 80,
-                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise")),
+                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise"), peer_access=True),
     "h200": PresetSpec("NVIDIA H200", (9, 0), 141,
-                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise")),
+                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise"), peer_access=True),
     "l40s": PresetSpec("NVIDIA L40S", (8, 9), 48, _GPU_COMMON),
     "rtx4090": PresetSpec("NVIDIA GeForce RTX 4090", (8, 9), 24, _GPU_COMMON),
     "rtx5090": PresetSpec("NVIDIA GeForce RTX 5090", (12, 0), 32,
                           _GPU_COMMON + ("ltx_kernels",), ("nvfp4", "fp8_blockwise")),
     "b200": PresetSpec("NVIDIA B200", (10, 0), 180,
                        _GPU_COMMON + ("flash_attn_4", "ltx_kernels", "cutlass_dsl"),
-                       ("nvfp4", "vae", "all2all", "fp8_blockwise")),
+                       ("nvfp4", "vae", "all2all", "fp8_blockwise"), peer_access=True),
     "cpu": PresetSpec(None, None, 0, ("natten", "triton"), has_libnatten=False),
 }
+# The multi-GPU boxes LTX-2's sequence parallelism runs on (2, 4 or 8 GPUs: see the rules'
+# parallel.heads and parallel.max-peers); any preset takes xN, these are the ones listed.
+MULTI_GPU_BOXES = tuple(f"{gpu}x{n}" for gpu in ("h100", "h200", "b200") for n in (2, 4, 8))
 
 
 def build_preset(preset_id: str, count: int = 1) -> Capability:
@@ -78,6 +87,12 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
             details["has_libnatten"] = spec.has_libnatten
         if name == "ltx_kernels":
             details = {p: p in spec.ltx_kernels_parts for p in ("nvfp4", "vae", "all2all", "fp8_blockwise")}
+            built = "all2all" in spec.ltx_kernels_parts
+            sm = f"{spec.cc[0]}{spec.cc[1]}" if spec.cc else None
+            details |= {"all2all_path": None,
+                        "all2all_archs": [f"sm_{sm}", f"compute_{sm}"] if built and sm else None,
+                        "all2all_note": f"preset: built for SM {spec.cc[0]}.{spec.cc[1]}" if built and sm
+                        else "preset: not built"}
         packages[name] = Package(name, module, True, "preset", details=details)
     sdpa_ok = gpu and spec.cc >= (8, 0)
     sdpa = {"math": Availability(True)} | {
@@ -85,6 +100,14 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
         for n in ("cudnn", "flash", "efficient")
     }
     no_gpu = None if gpu else "no NVIDIA GPU (preset)"
+    if not gpus:
+        peer = PeerAccess(reason=no_gpu)
+    elif spec.peer_access is None:
+        peer = PeerAccess(tuple(tuple(True if i == j else None for j in range(count)) for i in range(count)),
+                          None, f"preset: peer access between {spec.gpu}s depends on the box (PCIe topology, driver)")
+    else:
+        peer = PeerAccess(tuple(tuple(i == j or spec.peer_access for j in range(count)) for i in range(count)),
+                          "preset", None)
     return Capability(
         source=f"preset:{preset_id}" + (f"x{count}" if count > 1 else ""),
         platform="linux",
@@ -94,6 +117,7 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
         gpus=gpus,
         packages=packages,
         sdpa=sdpa,
+        peer_access=peer,
     )
 
 
