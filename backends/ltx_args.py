@@ -48,7 +48,7 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
         env.append("export CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices)))
     elif p.parallel.devices:
         env.append(f"export CUDA_VISIBLE_DEVICES={p.parallel.devices[0]}")
-    if not multi:  # LTX-2's multi-GPU CLIs take neither flag (the plan's warning says what they run instead)
+    if not multi:  # LTX-2's multi-GPU CLIs take neither flag (the plan's error says what they run instead)
         for option in ("offload.mode", "transformer.quantization"):
             about = value(option, p.get(option))
             if about.flag:
@@ -57,6 +57,9 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
                 notes.append(f"{option} = {p.get(option)} left out: {plan[option].message}")
             elif about.step:
                 notes.append(f"{option} = {p.get(option)}: no ltx-pipelines flag (ltx-tui's runtime applies it)")
+    else:  # what the *_mgpu command lines would run instead of the profile's value is an error of the plan
+        notes += [f"{option} = {show_value(p.get(option))} left out: {plan[option].message}"
+                  for option in ("transformer.quantization", "offload.mode") if plan[option].status is Status.ERROR]
     if p.compile.enabled:
         flag("compile.mode", _compile_flag(p.compile))
     flag("diffvae.mode", value("diffvae.mode", p.diffvae.mode).flag)

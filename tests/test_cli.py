@@ -53,7 +53,9 @@ def test_check_text_lists_gpus_packages_and_options(capsys):
     ("offload_cpu_fp8_scaled_mm.toml", "h100", 0, "offload.mode", "warning"),
     ("reduce_overhead.toml", "h100", 0, "compile.mode", "warning"),
     ("four_gpus.toml", "h100x2", 1, "parallel.gpus", "error"),
-    ("four_gpus.toml", "h100x4", 0, "parallel.gpus", "ok"),
+    ("four_gpus.toml", "h100x4", 1, "parallel.gpus", "ok"),
+    # no quantization asked: LTX-2's *_mgpu modules would silently run fp8-cast (test_preflight.py)
+    ("four_gpus.toml", "h100x4", 1, "transformer.quantization", "error"),
 ])
 def test_profiles_against_presets(capsys, tmp_path, fixture, capability, code, option, status):
     if capability == "h100-no-natten":

@@ -1,16 +1,41 @@
 """Every rule fires in one case and holds in another; resolve() follows the decisions each test spells out."""
 
+import dataclasses
+
 import pytest
 
+from backends.machine.capability import PeerAccess
 from backends.machine.presets import preset
+from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile
 from backends.config.plan import resolve
-from backends.config.rules import RULES, Facts, Status, exit_code, natten_kernels
+from backends.config.rules import RULES, Facts, Status, decide, exit_code, natten_kernels
 from fakes import with_package, without
 
 
 def P(**kw):
     return Profile().replace(**{k.replace("__", "."): v for k, v in kw.items()})
+
+
+def MGPU(gpus, **kw):
+    """A multi-GPU profile that is valid as far as LTX-2's *_mgpu command lines go (fp8-cast, no offload)."""
+    return P(parallel__gpus=gpus, transformer__quantization="fp8-cast", **kw)
+
+
+def all2all_built_for(cap, archs):
+    """`cap` with ltx-kernels' all2all built for `archs` (None: not known)."""
+    lk = cap.packages["ltx_kernels"]
+    details = {**lk.details, "all2all": True, "all2all_archs": archs,
+               "all2all_note": "read from the test" if archs else "no CUDA fat binary in it (test)"}
+    return dataclasses.replace(cap, packages={**cap.packages, "ltx_kernels": dataclasses.replace(lk, details=details)})
+
+
+def with_peer(cap, between):
+    """`cap` with peer access `between` every pair of distinct GPUs (None: unknown)."""
+    n = len(cap.gpus)
+    matrix = tuple(tuple(True if i == j else between for j in range(n)) for i in range(n))
+    peer = PeerAccess(matrix, "test" if between is not None else None, None if between is not None else "not probed")
+    return dataclasses.replace(cap, peer_access=peer)
 
 
 def natten_missing(pid):
@@ -85,11 +110,21 @@ CASES = {
     "parallel.gpu-count": ((P(parallel__gpus=2), preset("h100")), (P(parallel__gpus=2), preset("h100x2"))),
     "parallel.devices": ((P(parallel__devices=(3,)), preset("h100x2")), (P(parallel__devices=(1,)), preset("h100x2"))),
     "parallel.heads": ((P(parallel__gpus=3), preset("h100x4")), (P(parallel__gpus=4), preset("h100x4"))),
+    "parallel.max-peers": ((MGPU(16), preset("h100x16")), (MGPU(8), preset("h100x8"))),
     "parallel.linux": ((P(parallel__gpus=2), None), (P(parallel__gpus=2), preset("h100x2"))),
     "parallel.nccl": ((P(parallel__gpus=2), None), (P(parallel__gpus=2), preset("h100x2"))),
     "parallel.all2all": ((P(parallel__gpus=2), preset("a100x2")), (P(parallel__gpus=2), preset("h100x2"))),
+    "parallel.all2all-arch": ((MGPU(2), all2all_built_for(preset("b200x2"), ["sm_90"])),
+                              (MGPU(2), all2all_built_for(preset("h200x2"), ["sm_90"]))),
+    "parallel.all2all-unverified": ((MGPU(2), all2all_built_for(preset("h200x2"), None)), (MGPU(2), preset("h200x2"))),
+    "parallel.peer-access": ((MGPU(2), with_peer(preset("h200x2"), False)), (MGPU(2), preset("h200x2"))),
+    "parallel.peer-access-unverified": ((MGPU(2), with_peer(preset("h200x2"), None)), (MGPU(2), preset("h200x2"))),
+    "parallel.sp-tokens": ((MGPU(2), preset("h200x2"), RunShapes(2048, 1152, 121)),
+                           (MGPU(2), preset("h200x2"), RunShapes(1536, 1024, 121))),
     "parallel.ignores-quant-offload": ((P(parallel__gpus=2, offload__mode="cpu"), preset("h100x2")),
                                        (P(parallel__gpus=2, transformer__quantization="fp8-cast"), preset("h100x2"))),
+    "parallel.compile-barrier": ((MGPU(2, compile__enabled=True), preset("h200x2")),
+                                 (P(compile__enabled=True), preset("h200"))),
 }
 
 
@@ -99,13 +134,13 @@ def _darwin(cap):
 
 
 def _fill(rule_id, case, fires):
-    profile, cap = case
+    """(profile, capability, run shapes or None) of a case: (profile, cap) or (profile, cap, run)."""
+    profile, cap, run = (*case, None)[:3]
     if cap is None:  # platform/torch cases built from h100x2
-        import dataclasses
         base = preset("h100x2")
         cap = (dataclasses.replace(base, platform="win32") if rule_id == "parallel.linux"
                else dataclasses.replace(base, torch=dataclasses.replace(base.torch, nccl=False)))
-    return profile, cap
+    return profile, cap, run
 
 
 def test_every_rule_has_cases():
@@ -114,12 +149,12 @@ def test_every_rule_has_cases():
 
 @pytest.mark.parametrize("rule_id", sorted(RULES))
 def test_rule_fires(rule_id):
-    profile, cap = _fill(rule_id, CASES[rule_id][0], True)
-    f = Facts(cap, profile)
+    profile, cap, run = _fill(rule_id, CASES[rule_id][0], True)
+    f = Facts(cap, profile, run=run)
     assert not RULES[rule_id].holds(f)
     assert RULES[rule_id].message(f)
-    assert RULES[rule_id].remedy
-    fired = {r for d in resolve(profile, cap) if d.status is not Status.OK for r in d.rules}
+    assert RULES[rule_id].fix(f)
+    fired = {r for d in decide(profile, cap, run=run) if d.status is not Status.OK for r in d.rules}
     assert rule_id in fired
 
 
@@ -128,9 +163,9 @@ def test_rule_holds(rule_id):
     case = CASES[rule_id][1]
     if case is None:
         case = (P(transformer__attention="mps_sdpa"), _darwin(preset("cpu")))
-    profile, cap = _fill(rule_id, case, False)
-    assert RULES[rule_id].holds(Facts(cap, profile))
-    fired = {r for d in resolve(profile, cap) if d.status is not Status.OK for r in d.rules}
+    profile, cap, run = _fill(rule_id, case, False)
+    assert RULES[rule_id].holds(Facts(cap, profile, run=run))
+    fired = {r for d in decide(profile, cap, run=run) if d.status is not Status.OK for r in d.rules}
     assert rule_id not in fired
 
 
@@ -213,10 +248,93 @@ def test_gpus_above_visible_count_is_an_error():
     assert d.status is Status.ERROR and "2" in d.message
 
 
-def test_multi_gpu_warns_that_quantization_is_ignored():
-    d = by_option(P(parallel__gpus=2, transformer__quantization="fp8-scaled-mm"), preset("h100x2"))
+@pytest.mark.parametrize("quantization", ["none", "fp8-scaled-mm", "int8-w8a8", "nvfp4-cast"])
+def test_multi_gpu_quantization_other_than_fp8_cast_is_an_error(quantization):
+    """LTX-2's *_mgpu command lines drop --quantization and build fp8-cast: a profile asking for
+    anything else would silently run fp8-cast (it was a warning; now the plan refuses it)."""
+    d = by_option(P(parallel__gpus=2, transformer__quantization=quantization), preset("h100x2"))
     q = d["transformer.quantization"]
-    assert (q.status, q.effective) == (Status.WARNING, "fp8-cast")
+    assert (q.status, q.effective, q.rules) == (Status.ERROR, None, ("parallel.ignores-quant-offload",))
+    assert f"transformer.quantization = {quantization} would silently run fp8-cast" in q.message
+    assert "--offload" not in q.message and 'transformer.quantization = "fp8-cast"' in q.remedy
+    ok = by_option(P(parallel__gpus=2, transformer__quantization="fp8-cast"), preset("h100x2"))
+    assert ok["transformer.quantization"].status is Status.OK
+
+
+@pytest.mark.parametrize("mode", ["cpu", "disk"])
+def test_multi_gpu_offload_is_an_error(mode):
+    d = by_option(MGPU(2, offload__mode=mode), preset("h100x2"))
+    o = d["offload.mode"]
+    assert (o.status, o.effective, o.rules) == (Status.ERROR, None, ("parallel.ignores-quant-offload",))
+    assert f"drop --offload" in o.message and f"offload.mode = {mode} would silently stream nothing" in o.message
+    assert 'offload.mode = "none"' in o.remedy
+    assert d["offload.gpu_slots"].effective is None and d["transformer.quantization"].status is Status.OK
+
+
+def test_multi_gpu_preflight_holds_on_the_big_boxes():
+    for cap, gpus in (("h200x2", 2), ("h200x4", 4), ("h100x8", 8), ("b200x8", 8), ("h100x8", 4)):
+        plan = decide(MGPU(gpus), preset(cap), run=RunShapes(768, 512, 121))
+        bad = [(d.option, d.message) for d in plan if d.status is not Status.OK and d.option != "parallel.gpus"]
+        g = {d.option: d for d in plan}["parallel.gpus"]
+        assert g.status is Status.OK and not bad, (cap, bad, g.message)
+        assert "6144 video tokens at 768x512x121 within the SP token cap (32768)" in g.chain[0].reason
+
+
+def test_multi_gpu_errors_are_all_named():
+    """16 GPUs on an 8-GPU box: too many for the box (one node only) and for the all2all."""
+    g = by_option(MGPU(16), preset("h100x8"))["parallel.gpus"]
+    assert g.status is Status.ERROR and set(g.rules) == {"parallel.gpu-count", "parallel.max-peers"}
+    assert "multi-node is not supported" in g.message and "at most 8 GPUs" in g.message
+    assert len(g.chain) == 2 and "lower parallel.gpus to the 8 visible" in g.remedy
+    heads = by_option(MGPU(6), preset("h100x8"))["parallel.gpus"]
+    assert heads.rules == ("parallel.heads",) and "6 GPUs do not divide them" in heads.message
+    assert "allowed: 1, 2, 4, 8" in heads.message
+
+
+def test_sp_token_cap_is_checked_only_with_a_run():
+    no_run = by_option(MGPU(2), preset("h200x2"))["parallel.gpus"]
+    assert no_run.status is Status.OK and "not checked: no run given (--resolution/--frames)" in no_run.chain[0].reason
+    at_cap = {d.option: d for d in decide(MGPU(2), preset("h200x2"), run=RunShapes(1536, 1024, 121))}
+    assert at_cap["parallel.gpus"].status is Status.OK  # 24576 tokens: LTX-2's own example of stage 2
+    over = {d.option: d for d in decide(MGPU(2), preset("h200x2"), run=RunShapes(2048, 1152, 121))}["parallel.gpus"]
+    assert over.status is Status.ERROR and over.rules == ("parallel.sp-tokens",)
+    assert "36864 video tokens" in over.message and "cap of 32768" in over.message
+    # the all2all buffers hold the whole batch: 2 x 24576 tokens is over the cap
+    batch = {d.option: d for d in decide(MGPU(4), preset("h200x4"), run=RunShapes(1536, 1024, 121, batch=2))}
+    assert batch["parallel.gpus"].status is Status.ERROR and "batch 2 x 24576" in batch["parallel.gpus"].message
+
+
+def test_sp_tokens_are_padded_to_the_world_size():
+    from backends.config.rules import sp_token_cap, sp_tokens
+
+    run = RunShapes(32 * 3, 32 * 3, 1)  # 9 tokens
+    assert [sp_tokens(run, n) for n in (1, 2, 4, 8)] == [9, 10, 12, 16]
+    assert [sp_token_cap(n) for n in (2, 4, 8)] == [32768] * 3
+
+
+def test_compile_under_sp_warns_about_the_all2all_barrier():
+    c = by_option(MGPU(2, compile__enabled=True), preset("h200x2"))["compile.enabled"]
+    assert (c.status, c.effective, c.rules) == (Status.WARNING, True, ("parallel.compile-barrier",))
+    assert "set_timeout_seconds" in c.message and "never raises it" in c.message
+    assert "`ltx-tui run` raises the barrier timeout in every rank before the first step" in c.message
+
+
+def test_all2all_arch_and_peer_access_name_what_is_wrong():
+    arch = by_option(MGPU(2), all2all_built_for(preset("b200x2"), ["sm_80", "sm_90"]))["parallel.gpus"]
+    assert arch.status is Status.ERROR and "sm_80, sm_90 only" in arch.message and "SM 10.0" in arch.message
+    assert "TORCH_CUDA_ARCH_LIST naming 10.0" in arch.remedy
+    ptx = by_option(MGPU(2), all2all_built_for(preset("b200x2"), ["sm_90", "compute_90"]))["parallel.gpus"]
+    assert ptx.status is Status.OK  # PTX for SM 9.0 is compiled by the driver for SM 10.0
+    newer = by_option(MGPU(2), all2all_built_for(preset("h200x2"), ["sm_100", "compute_100"]))["parallel.gpus"]
+    assert newer.status is Status.ERROR  # neither SM 10.0 code nor its PTX runs on SM 9.0
+    unknown = by_option(MGPU(2), all2all_built_for(preset("h200x2"), None))["parallel.gpus"]
+    assert unknown.status is Status.WARNING and "not verified that it runs on SM 9.0" in unknown.message
+    cap = with_peer(preset("h200x4"), True)
+    cap = dataclasses.replace(cap, peer_access=PeerAccess(
+        tuple(tuple(False if {i, j} == {1, 3} else True for j in range(4)) for i in range(4)), "test", None))
+    bad = by_option(MGPU(4), cap)["parallel.gpus"]
+    assert bad.status is Status.ERROR and bad.rules == ("parallel.peer-access",) and "1-3" in bad.message
+    assert by_option(MGPU(2, parallel__devices=(0, 1)), cap)["parallel.gpus"].status is Status.OK
 
 
 def test_auto_attention_order_per_architecture():

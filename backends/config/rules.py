@@ -12,8 +12,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from backends.machine.capability import GPU, Availability, Capability
+from backends.machine.capability import GPU, Availability, Capability, arch_runs_on
 from backends.machine.tuned import Tuned
+from backends.config.ltx2_shapes import DIT_HEADS, RunShapes
 from backends.config.values import LOADER, NOBODY, VALUES, value
 from backends.config.options import (
     Attention,
@@ -68,6 +69,16 @@ class Facts:
     dtype: str = "bf16"
     head_dim: int = 64
     tuned: Tuned | None = None  # what `ltx-tui --tune` measured here: `auto` follows it
+    run: RunShapes | None = None  # the run's shapes, when one is given (`--resolution/--frames`)
+
+    @property
+    def used(self) -> tuple[int, ...]:
+        """The CUDA ordinals the run uses: parallel.devices, else the first parallel.gpus."""
+        return tuple(self.profile.parallel.devices or range(self.profile.parallel.gpus))
+
+    @property
+    def multi(self) -> bool:
+        return self.profile.parallel.gpus > 1
 
     @property
     def gpu(self) -> GPU | None:
@@ -285,11 +296,108 @@ def _sm_at_least(f: Facts, sm: tuple[int, int]) -> bool:
     return f.cuda and f.sm >= sm
 
 
+# --- Multi-GPU (LTX-2 v1.2.0's sequence parallelism), decided before any weights load -------------
+
+# ltx-kernels' all2all connects at most 8 GPUs: its CUDA sources size their peer tables by
+# MAX_NUM_PEERS = 8 (csrc/include/cuda/configs.cuh).
+MAX_SP_GPUS = 8
+# The SP token cap: ltx-pipelines' *_mgpu runners size the all2all buffers for `sp_max_tokens` video
+# tokens, 32,768 by default (`_DEFAULT_SP_MAX_TOKENS` in distilled_mgpu.py and the ti2vid *_mgpu
+# modules), an argument of the runner's setup in the Python API, no command-line flag. ltx-core's
+# SequenceParallelModelWrapper pads the video tokens to a multiple of the world size and raises
+# above the cap (ltx_core/multigpu/transformer/sequence_parallel.py); the all2all buffers hold
+# ceil(cap / world size) tokens a rank for the whole batch (AttentionManager in
+# ltx_core/multigpu/transformer/attention.py; the size check in ltx-kernels' csrc/all2all/all2all.cpp).
+SP_MAX_TOKENS = 32_768
+# ltx-kernels' all2all barrier timeout: DEFAULT_BARRIER_TIMEOUT_SECONDS = 10.0 (configs.cuh). A
+# rank compiling its first step can hold the others in the barrier past it. ltx-kernels'
+# All2All.set_timeout_seconds (ltx_kernels/all_to_all.py), reached through ltx-core's
+# AttentionManager.all2all_timeout_seconds and ltx-pipelines' SequenceParallelBuilder
+# .all2all_timeout_seconds, can raise it; LTX-2 v1.2.0 never calls them.
+ALL2ALL_BARRIER_SECONDS = 10.0
+ALLOWED_SP_GPUS = tuple(n for n in range(1, MAX_SP_GPUS + 1) if DIT_HEADS % n == 0)  # 1, 2, 4, 8
+# LTX-2's multi-GPU path is one node: its fleet starts one process per local GPU with
+# MASTER_ADDR 127.0.0.1 (ltx_pipelines/multigpu/fleet.py, controller.py).
+SINGLE_NODE = "LTX-2's multi-GPU path runs on one node only (one process per local GPU, its controller binds " \
+    "127.0.0.1): multi-node is not supported"
+
+
+def sp_tokens(run: RunShapes, gpus: int) -> int:
+    """The video tokens sequence parallelism carries for `run`: the DiT's tokens padded to a
+    multiple of the world size, times the batch (the all2all buffers hold the whole batch)."""
+    return run.batch * (run.dit_tokens + (-run.dit_tokens) % gpus)
+
+
+def sp_token_cap(gpus: int) -> int:
+    """The tokens the all2all buffers hold over `gpus` ranks: ceil(cap / gpus) each."""
+    return -(-SP_MAX_TOKENS // gpus) * gpus
+
+
+def _all2all_archs(f: Facts) -> list[str] | None:
+    archs = f.cap.package("ltx_kernels").details.get("all2all_archs")
+    return list(archs) if isinstance(archs, (list, tuple)) and archs else None
+
+
+def _used_gpus(f: Facts) -> list[GPU]:
+    by_index = {g.index: g for g in f.cap.gpus}
+    return [by_index[i] for i in f.used if i in by_index]
+
+
+def _all2all_arch_misses(f: Facts) -> list[GPU]:
+    """Used GPUs the all2all build has no code for (none when its architectures are unknown)."""
+    archs = _all2all_archs(f)
+    if not f.multi or not f.ltx_part("all2all") or archs is None:
+        return []
+    return [g for g in _used_gpus(f) if g.compute_capability and not arch_runs_on(archs, g.compute_capability)]
+
+
+def _all2all_unverified(f: Facts) -> bool:
+    return f.multi and f.ltx_part("all2all") and _all2all_archs(f) is None
+
+
+def _peer_pairs(f: Facts, want: bool | None) -> list[tuple[int, int]]:
+    """Pairs of the used GPUs (that exist) whose peer access is `want` (either direction)."""
+    used = [g.index for g in _used_gpus(f)]
+    pairs = []
+    for n, i in enumerate(used):
+        for j in used[n + 1:]:
+            both = (f.cap.peer_access.between(i, j), f.cap.peer_access.between(j, i))
+            if (want is None and None in both and False not in both) or (want is False and False in both):
+                pairs.append((i, j))
+    return pairs
+
+
+def _pairs_text(pairs: list[tuple[int, int]]) -> str:
+    shown = ", ".join(f"{i}-{j}" for i, j in pairs[:8])
+    return shown + (f" and {len(pairs) - 8} more" if len(pairs) > 8 else "")
+
+
+def _all2all_message(f: Facts) -> str:
+    details = f.cap.package("ltx_kernels").details
+    if not f.has("ltx_kernels"):
+        return f"sequence parallel needs ltx-kernels' all2all: ltx_kernels is not importable ({f.why_not('ltx_kernels')})"
+    return ("sequence parallel needs ltx-kernels' all2all: " + str(details.get("all2all_note")
+            or "ltx_kernels has no all2all build"))
+
+
+def _mgpu_dropped(f: Facts, option: str | None = None) -> str:
+    """What LTX-2's *_mgpu command lines would run instead of the profile (`option`: only about it)."""
+    q, o = f.profile.transformer.quantization, f.profile.offload.mode
+    said = []
+    if q is not Quantization.FP8_CAST and option in (None, "transformer.quantization"):
+        said.append(f"--quantization: every worker builds the DiT with fp8-cast, so transformer.quantization = {q} "
+                    "would silently run fp8-cast")
+    if o is not OffloadMode.NONE and option in (None, "offload.mode"):
+        said.append(f"--offload: every rank keeps all 48 DiT blocks resident, so offload.mode = {o} would silently "
+                    "stream nothing")
+    return "LTX-2's multi-GPU command lines (*_mgpu) drop " + "; and ".join(said)
+
+
 CUDA_GRAPH_MODES = tuple(m for m in CompileMode if value("compile.mode", m).cuda_graphs)
 LTX2_QUANT_FLAGS = tuple(q for q in Quantization if value("transformer.quantization", q).flag)
 OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
 DSL_SMS = ((10, 0), (10, 1), (10, 3))
-SEQUENCE_PARALLEL_HEADS = 32
+SEQUENCE_PARALLEL_HEADS = DIT_HEADS  # the DiT's video attention heads (LTX-2's LTXModel defaults)
 
 _RULES: tuple[Rule, ...] = (
     Rule("cuda.device", lambda f: f.cuda,
@@ -415,35 +523,84 @@ _RULES: tuple[Rule, ...] = (
          "\"fp8-cast\" or offload.mode = \"none\""),
     Rule("parallel.gpu-count", lambda f: f.profile.parallel.gpus <= len(f.cap.gpus) and (f.cuda or not f.cap.gpus),
          lambda f: f"parallel.gpus = {f.profile.parallel.gpus} but {len(f.cap.gpus) if f.cuda else 0} "
-         f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})"),
+         f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})")
+         + (f"; {SINGLE_NODE}" if f.multi and f.cuda else ""),
          lambda f: ("run on a machine with an NVIDIA GPU and a CUDA build of torch (check the driver and "
                     "CUDA_VISIBLE_DEVICES)") if f.profile.parallel.gpus == 1 else
-         f"lower parallel.gpus to the {len(f.cap.gpus) if f.cuda else 0} visible, or check CUDA_VISIBLE_DEVICES "
-         "and the driver"),
+         f"lower parallel.gpus to the {len(f.cap.gpus) if f.cuda else 0} visible (GPUs of one node), or check "
+         "CUDA_VISIBLE_DEVICES and the driver"),
     Rule("parallel.devices",
          lambda f: all(d < len(f.cap.gpus) for d in (f.profile.parallel.devices or ())),
          lambda f: f"parallel.devices {list(f.profile.parallel.devices or ())} names ordinals beyond the "
          f"{len(f.cap.gpus)} visible GPU(s)",
          "use ordinals 0.. visible-1 (after CUDA_VISIBLE_DEVICES), or drop parallel.devices"),
     Rule("parallel.heads", lambda f: SEQUENCE_PARALLEL_HEADS % f.profile.parallel.gpus == 0,
-         lambda f: f"sequence parallel splits {SEQUENCE_PARALLEL_HEADS} heads: {f.profile.parallel.gpus} GPUs "
-         "do not divide them",
-         "use 1, 2, 4, 8, 16 or 32 GPUs"),
-    Rule("parallel.linux", lambda f: f.cap.platform.startswith("linux"),
+         lambda f: f"sequence parallel splits the DiT's {SEQUENCE_PARALLEL_HEADS} attention heads across the GPUs: "
+         f"{f.profile.parallel.gpus} GPUs do not divide them (LTX-2 raises); "
+         f"allowed: {', '.join(map(str, ALLOWED_SP_GPUS))}",
+         "use parallel.gpus = 2, 4 or 8"),
+    Rule("parallel.max-peers", lambda f: f.profile.parallel.gpus <= MAX_SP_GPUS,
+         lambda f: f"ltx-kernels' all2all connects at most {MAX_SP_GPUS} GPUs (MAX_NUM_PEERS in its CUDA sources): "
+         f"parallel.gpus = {f.profile.parallel.gpus} is more; allowed: {', '.join(map(str, ALLOWED_SP_GPUS))}",
+         "use parallel.gpus = 2, 4 or 8"),
+    Rule("parallel.linux", lambda f: not f.multi or f.cap.platform.startswith("linux"),
          lambda f: f"multi-GPU runs need Linux (here: {f.cap.platform})", "run multi-GPU on Linux"),
-    Rule("parallel.nccl", lambda f: f.cap.torch.nccl,
-         lambda f: "multi-GPU runs need NCCL, which this torch build lacks",
+    Rule("parallel.nccl", lambda f: not f.multi or f.cap.torch.nccl,
+         lambda f: "multi-GPU runs need NCCL (LTX-2's fleet is an NCCL process group), which this torch build lacks "
+         "(torch.distributed.is_nccl_available() is false)",
          "install a CUDA build of torch with NCCL"),
-    Rule("parallel.all2all", lambda f: f.ltx_part("all2all"),
-         lambda f: "sequence parallel needs ltx-kernels' all2all ("
-         + ("ltx_kernels has no all2all" if f.has("ltx_kernels") else "ltx_kernels missing") + ")",
-         "install ltx-kernels with its all2all build"),
+    Rule("parallel.all2all", lambda f: not f.multi or f.ltx_part("all2all"), _all2all_message,
+         "install ltx-kernels with its all2all extension built (its setup.py, or torch.utils.cpp_extension from "
+         "csrc/all2all) for these GPUs"),
+    Rule("parallel.all2all-arch", lambda f: not _all2all_arch_misses(f),
+         lambda f: "ltx-kernels' all2all (" + str(f.cap.package("ltx_kernels").details.get("all2all_path")
+                                                 or "all2all_cpp") + ") holds GPU code for "
+         + ", ".join(_all2all_archs(f) or []) + " only: nothing that runs on "
+         + ", ".join(sorted({f"{g.name} ({g.sm})" for g in _all2all_arch_misses(f)})),
+         lambda f: "rebuild ltx-kernels' all2all on this box (or with TORCH_CUDA_ARCH_LIST naming "
+         + ", ".join(sorted({f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+                             for g in _all2all_arch_misses(f)})) + ")"),
+    Rule("parallel.all2all-unverified", lambda f: not _all2all_unverified(f),
+         lambda f: "ltx-kernels' all2all imports, but which GPU architectures it was built for is not known ("
+         + str(f.cap.package("ltx_kernels").details.get("all2all_note") or "not probed")
+         + "): not verified that it runs on " + ", ".join(sorted({g.sm for g in _used_gpus(f)}) or ["these GPUs"]),
+         "check with `cuobjdump --list-elf` on the all2all_cpp extension, or rebuild it on this box"),
+    Rule("parallel.peer-access", lambda f: not f.multi or not _peer_pairs(f, False),
+         lambda f: f"GPU pair(s) {_pairs_text(_peer_pairs(f, False))} have no peer access ("
+         + (f.cap.peer_access.source or "?") + "): ltx-kernels' all2all maps each rank's buffer into the other "
+         "ranks through CUDA IPC and writes to it directly",
+         "use GPUs that reach each other (NVLink, or PCIe P2P: `nvidia-smi topo -p2p rw`) in parallel.devices; "
+         "on PCIe check the IOMMU/ACS settings"),
+    Rule("parallel.peer-access-unverified", lambda f: not f.multi or not _peer_pairs(f, None),
+         lambda f: f"peer access of GPU pair(s) {_pairs_text(_peer_pairs(f, None))} is not known ("
+         + (f.cap.peer_access.reason or "not probed") + "): ltx-kernels' all2all needs it between every pair",
+         "probe this box live (`ltx-tui --check` on it), or check `nvidia-smi topo -p2p rw`"),
+    Rule("parallel.sp-tokens",
+         lambda f: not f.multi or f.run is None or sp_tokens(f.run, f.profile.parallel.gpus)
+         <= sp_token_cap(f.profile.parallel.gpus),
+         lambda f: f"the run ({f.run.label if f.run else '?'}) gives sequence parallelism "
+         f"{sp_tokens(f.run, f.profile.parallel.gpus) if f.run else '?'} video tokens"
+         + (f" (batch {f.run.batch} x {f.run.dit_tokens} padded to a multiple of {f.profile.parallel.gpus})"
+            if f.run and f.run.batch > 1 else f" (padded to a multiple of {f.profile.parallel.gpus})")
+         + f", over its cap of {SP_MAX_TOKENS} (sp_max_tokens, LTX-2's default; LTX-2 raises at the first step). "
+         "Checked at the run's full resolution, where distilled_mgpu runs its DiT under sequence parallelism "
+         "(the ti2vid *_mgpu modules do so in stage 1 only, at half the resolution)",
+         f"lower --resolution / --frames / --batch to at most {SP_MAX_TOKENS} tokens (W/32 x H/32 x ((frames-1)/8+1)); "
+         "sp_max_tokens is an argument of the *_mgpu runners' setup() in LTX-2's Python API, not a command-line flag"),
     Rule("parallel.ignores-quant-offload",
-         lambda f: f.profile.parallel.gpus == 1 or (f.profile.transformer.quantization is Quantization.FP8_CAST
-                                                    and f.profile.offload.mode is OffloadMode.NONE),
-         lambda f: "LTX-2's multi-GPU CLIs ignore --quantization and --offload: they always run fp8-cast "
-         "with no offload",
-         "set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" for multi-GPU profiles"),
+         lambda f: not f.multi or (f.profile.transformer.quantization is Quantization.FP8_CAST
+                                   and f.profile.offload.mode is OffloadMode.NONE),
+         _mgpu_dropped,
+         "multi-GPU profiles: set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" (what LTX-2's "
+         "multi-GPU modules run), or parallel.gpus = 1 to keep them"),
+    Rule("parallel.compile-barrier", lambda f: not f.multi or not f.profile.compile.enabled,
+         lambda f: "compiled under sequence parallelism: a rank still compiling its first step can keep the others "
+         f"waiting in ltx-kernels' all2all barrier past its {ALL2ALL_BARRIER_SECONDS:g} s timeout, and the kernel "
+         "traps; LTX-2 v1.2.0 has All2All.set_timeout_seconds (ltx_kernels.all_to_all; AttentionManager"
+         ".all2all_timeout_seconds in ltx_core.multigpu.transformer.attention) but never raises it. `ltx-tui run` "
+         "raises the barrier timeout in every rank before the first step",
+         "run it through `ltx-tui run`; with LTX-2's own *_mgpu CLI set compile.enabled = false, or raise "
+         "all2all_timeout_seconds through its Python API"),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
@@ -452,9 +609,9 @@ RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 # --- Resolution ---------------------------------------------------------------------------
 
 class _Resolver:
-    def __init__(self, profile: Profile, cap: Capability, tuned: Tuned | None) -> None:
+    def __init__(self, profile: Profile, cap: Capability, tuned: Tuned | None, run: RunShapes | None = None) -> None:
         self.p = profile
-        self.f = Facts(cap, profile, tuned=tuned)
+        self.f = Facts(cap, profile, tuned=tuned, run=run)
         self.out: dict[str, Decision] = {}
 
     # helpers -----------------------------------------------------------------------------
@@ -483,6 +640,12 @@ class _Resolver:
         self.put(key, None, Status.ERROR, [Step(_plain(self.p.get(key)), rule.message(self.f))],
                  [r.id for r in failed], rule.message(self.f), rule.fix(self.f))
         return False
+
+    def mgpu_dropped(self, key: str) -> None:
+        """An error: LTX-2's *_mgpu command lines drop the flag of `key` and run something else."""
+        rule, message = RULES["parallel.ignores-quant-offload"], _mgpu_dropped(self.f, key)
+        self.put(key, None, Status.ERROR, [Step(_plain(self.p.get(key)), message)], [rule.id], message,
+                 rule.fix(self.f))
 
     def warn(self, key: str, rule_id: str, effective: Any = ..., reason: str | None = None) -> None:
         """A warning: `effective` (default: as requested) runs, and the rule says what to know."""
@@ -625,9 +788,10 @@ class _Resolver:
         q = self.p.transformer.quantization
         if self.p.parallel.gpus > 1:
             if q is Quantization.FP8_CAST:
-                self.ok(key, "multi-GPU CLIs run fp8-cast")
+                self.ok(key, "fp8-cast, what LTX-2's multi-GPU modules build on every rank",
+                        rules=["parallel.ignores-quant-offload"])
             else:
-                self.warn(key, "parallel.ignores-quant-offload", Quantization.FP8_CAST, f"requested {q}")
+                self.mgpu_dropped(key)
             return
         about = value(key, q)
         if self.require(key, about.needs, about.text) and about.runner == LOADER:
@@ -652,8 +816,11 @@ class _Resolver:
             for k in keys:
                 self.unused(k, "compile.enabled is false")
             return
-        self.ok("compile.enabled", "torch.compile per transformer block")
         f = self.f
+        if RULES["parallel.compile-barrier"].holds(f):
+            self.ok("compile.enabled", "torch.compile per transformer block")
+        else:
+            self.warn("compile.enabled", "parallel.compile-barrier", reason="torch.compile per transformer block")
         streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
         for key, asked, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
                                    ("compile.capture", c.capture, c.capture)):
@@ -688,7 +855,7 @@ class _Resolver:
         if o.mode is OffloadMode.NONE:
             self.ok("offload.mode", "no offload: weights stay resident")
         elif self.p.parallel.gpus > 1:
-            self.warn("offload.mode", "parallel.ignores-quant-offload", OffloadMode.NONE, f"requested {o.mode}")
+            self.mgpu_dropped("offload.mode")
         elif self.require("offload.mode", ["cuda.device"], ""):
             how = f"weights streamed from {'pinned CPU memory' if o.mode is OffloadMode.CPU else 'disk'}"
             if RULES["offload.quantization"].holds(self.f):
@@ -698,6 +865,9 @@ class _Resolver:
         if o.mode is OffloadMode.NONE:
             self.unused("offload.gpu_slots", "offload.mode is none")
             self.unused("offload.prefetch", "offload.mode is none")
+        elif self.out["offload.mode"].status is Status.ERROR:
+            self.unused("offload.gpu_slots", "offload.mode cannot run as asked (see offload.mode)")
+            self.unused("offload.prefetch", "offload.mode cannot run as asked (see offload.mode)")
         else:
             self.ok("offload.gpu_slots", f"{o.gpu_slots} GPU buffers for streamed blocks")
             self.ok("offload.prefetch", f"{o.prefetch} blocks fetched ahead")
@@ -714,11 +884,33 @@ class _Resolver:
         self.ok("memory.max_batch_size", f"up to {m.max_batch_size} per batch")
 
     def parallel(self) -> None:
-        par = self.p.parallel
-        ids = ["parallel.gpu-count"]
-        if par.gpus > 1:
-            ids += ["parallel.heads", "parallel.linux", "parallel.nccl", "parallel.all2all"]
-        self.require("parallel.gpus", ids, "one GPU" if par.gpus == 1 else f"sequence parallel over {par.gpus} GPUs")
+        """parallel.gpus: every multi-GPU requirement checked at once (each failing rule's message
+        in the chain), then the warnings (what could not be verified); parallel.devices after."""
+        par, f = self.p.parallel, self.f
+        key = "parallel.gpus"
+        if par.gpus == 1:
+            self.require(key, ["parallel.gpu-count"], "one GPU")
+        else:
+            errors = ("parallel.gpu-count", "parallel.heads", "parallel.max-peers", "parallel.linux", "parallel.nccl",
+                      "parallel.all2all", "parallel.all2all-arch", "parallel.peer-access", "parallel.sp-tokens")
+            warnings = ("parallel.all2all-unverified", "parallel.peer-access-unverified")
+            failed, doubts = self.failing(errors), self.failing(warnings)
+            asked = f"sequence parallel over {par.gpus} GPUs"
+            if f.run is None:
+                tokens = f"SP token cap ({SP_MAX_TOKENS} video tokens) not checked: no run given (--resolution/--frames)"
+            else:
+                tokens = (f"{sp_tokens(f.run, par.gpus)} video tokens at {f.run.label} within the SP token cap "
+                          f"({SP_MAX_TOKENS})")
+            if failed:  # the chain also says what could not be verified, so one check names it all
+                self.put(key, None, Status.ERROR, [Step(par.gpus, r.message(f)) for r in failed + doubts],
+                         [r.id for r in failed + doubts], "; ".join(r.message(f) for r in failed),
+                         "; ".join(dict.fromkeys(r.fix(f) for r in failed)))
+            elif doubts:
+                chain = [Step(par.gpus, f"{asked}; {tokens}")] + [Step(par.gpus, r.message(f)) for r in doubts]
+                self.put(key, par.gpus, Status.WARNING, chain, [r.id for r in doubts],
+                         "; ".join(r.message(f) for r in doubts), "; ".join(r.fix(f) for r in doubts))
+            else:
+                self.ok(key, f"{asked}; {tokens}", rules=errors + warnings)
         if par.devices is None:
             self.ok("parallel.devices", f"the first {par.gpus} CUDA ordinal(s)", list(range(par.gpus)))
         else:
@@ -747,9 +939,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def decide(profile: Profile, capability: Capability, tuned: Tuned | None = None) -> list[Decision]:
-    """One decision per option of the vocabulary, in vocabulary order (see plan.resolve)."""
-    return _Resolver(profile, capability, tuned).run()
+def decide(profile: Profile, capability: Capability, tuned: Tuned | None = None,
+           run: RunShapes | None = None) -> list[Decision]:
+    """One decision per option of the vocabulary, in vocabulary order (see plan.resolve); with `run`
+    (the run's shapes) the checks that depend on it too (the multi-GPU token cap)."""
+    return _Resolver(profile, capability, tuned, run).run()
+
+
+def for_run(plan: Any, run: RunShapes | None) -> Any:
+    """`plan` (a plan.Plan) decided again with the run's shapes known: the same plan whose
+    run-dependent decisions (parallel.gpus: the sequence-parallel token cap) have checked `run`.
+    The runtime steps do not depend on them and are kept."""
+    if run is None:
+        return plan
+    import dataclasses
+
+    return dataclasses.replace(plan, decisions=tuple(decide(plan.profile, plan.capability, plan.tuned, run)))
 
 
 @dataclass(frozen=True)
