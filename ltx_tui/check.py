@@ -24,7 +24,7 @@ from backends.config.options import SCHEMA_VERSION, Profile, show_value
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import plan_here
-from backends.config.rules import Decision, Status, natten_kernels, summarize
+from backends.config.rules import Decision, Status, for_run, natten_kernels, summarize
 from backends.ltx_args import ltx_args
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
@@ -152,9 +152,10 @@ def smoke_line(row) -> str:
     return f"  {row.status:<9} {row.name:<34} {row.seconds:7.2f} s  max err {err:<9} {row.message}"
 
 
-def _load(profile_path: str | None, capability: str | None, usage_error) -> tuple | int:
+def _load(profile_path: str | None, capability: str | None, usage_error, gpus: int | None = None) -> tuple | int:
     """(profile, its warnings, capability, its warnings), or the exit code of a usage error. The
-    profile is read and checked before the live probe (which imports torch)."""
+    profile is read and checked before the live probe (which imports torch); `gpus` (`--gpus N`)
+    overrides its parallel.gpus."""
     warnings: list[str] = []
     cap_warnings: list[str] = []
     profile = Profile()
@@ -164,6 +165,13 @@ def _load(profile_path: str | None, capability: str | None, usage_error) -> tupl
         except profmod.ProfileError as e:
             return usage_error("profile", str(e))
         warnings = [str(w) for w in read_warnings]
+    if gpus is not None:
+        from backends.config.options import InvalidValue
+
+        try:
+            profile = profile.replace(**{"parallel.gpus": gpus})
+        except InvalidValue as e:
+            return usage_error("usage", f"--gpus {gpus}: {e}")
     try:
         cap = load_capability(capability, cap_warnings) if capability else capmod.probe()
     except capmod.CapabilityError as e:
@@ -171,7 +179,7 @@ def _load(profile_path: str | None, capability: str | None, usage_error) -> tupl
     return profile, warnings, cap, cap_warnings
 
 
-def explain_option(key: str, *, profile_path: str | None, capability: str | None,
+def explain_option(key: str, *, profile_path: str | None, capability: str | None, gpus: int | None = None,
                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """`ltx-tui --explain KEY`: exit 0, or 2 for an unknown key / unreadable input."""
     from backends.config.options import OPTIONS_BY_KEY, suggest
@@ -188,7 +196,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
         print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         return EXIT_USAGE
 
-    loaded = _load(profile_path, capability, usage_error)
+    loaded = _load(profile_path, capability, usage_error, gpus)
     if isinstance(loaded, int):
         return loaded
     profile, warnings, cap, cap_warnings = loaded
@@ -200,19 +208,34 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
 
 def free_bytes(cap: capmod.Capability, profile: Profile) -> int | None:
     """Free memory of the profile's first GPU: total minus what is in use (other processes),
-    when NVML says; a preset's total."""
+    when NVML says; a preset's total. With several GPUs the least free of those the run uses
+    (every rank holds a full DiT: the fullest GPU decides)."""
     from backends.config.rules import Facts
 
-    gpu = Facts(cap, profile).gpu if cap.gpus else None
-    if gpu is None or gpu.memory_total is None:
+    if not cap.gpus:
         return None
-    return gpu.memory_total - (gpu.memory_used or 0)
+    facts = Facts(cap, profile)
+    by_index = {g.index: g for g in cap.gpus}
+    gpus = [by_index[i] for i in facts.used if i in by_index] if facts.multi else [facts.gpu]
+    free = [g.memory_total - (g.memory_used or 0) for g in gpus if g is not None and g.memory_total is not None]
+    return min(free) if free else None
 
 
 def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
     width = 30
     top = max([s.peak_bytes for s in plan.stages] + [plan.free_bytes or 0])
-    out = [f"Memory at {plan.shapes.label} (per stage, peak; {gpu})"]
+    out = []
+    if plan.ranks:
+        peak_rank = plan.peak_rank
+        out.append(f"Memory at {plan.shapes.label} per rank, {plan.world_size} ranks (peak of each; {gpu})")
+        for r in plan.ranks:
+            n = max(1, round(width * r.peak.peak_bytes / top))
+            mark = "  <- peak rank" if r is peak_rank else ""
+            out.append(f"  {f'rank {r.rank} (GPU {r.device})':<16} {r.peak.peak_bytes / GIB:6.1f} GiB  "
+                       f"{'#' * n:<{width}}  {r.peak.stage}{mark}")
+        out.append(f"Rank {peak_rank.rank} per stage, peak:")
+    else:
+        out.append(f"Memory at {plan.shapes.label} (per stage, peak; {gpu})")
     for s in plan.stages:
         n = max(1, round(width * s.peak_bytes / top))
         out.append(f"  {s.stage:<16} {s.peak_bytes / GIB:6.1f} GiB  {'#' * n:<{width}}  {s.detail}")
@@ -226,10 +249,12 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
 
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
               smoke: bool = False, ltx: bool = False, timeout: float = smokemod.DEFAULT_TIMEOUT, output: str | None = None,
-              force: bool = False, run: RunShapes | None = None, stdout: TextIO | None = None,
-              stderr: TextIO | None = None) -> int:
+              force: bool = False, run: RunShapes | None = None, gpus: int | None = None,
+              stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Validate a profile against a capability and report. Returns the exit code. `output`: where
-    the LTX-2 command line goes (`textfile.write_atomically`; an existing file only with `force`)."""
+    the LTX-2 command line goes (`textfile.write_atomically`; an existing file only with `force`).
+    `run`: the run's shapes (the memory plan, and the checks that need them: the multi-GPU token
+    cap); `gpus`: parallel.gpus for this check (`--gpus N`)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
     def usage_error(kind: str, message: str) -> int:
@@ -238,12 +263,12 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             print(_error_json(kind, message), file=stdout)
         return EXIT_USAGE
 
-    loaded = _load(profile_path, capability, usage_error)
+    loaded = _load(profile_path, capability, usage_error, gpus)
     if isinstance(loaded, int):
         return loaded
     profile, warnings, cap, cap_warnings = loaded
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
-    plan = plan_here(profile, cap)
+    plan = for_run(plan_here(profile, cap), run)
     code = plan.exit_code(strict=strict)
     memory = plan_memory(plan, run, free_bytes(cap, profile)) if run is not None else None
     if memory is not None and memory.fits is False:
@@ -327,6 +352,10 @@ def list_capabilities(stdout: TextIO | None = None) -> int:
         pkgs = ", ".join(spec.packages + tuple(f"ltx_kernels.{p}" for p in spec.ltx_kernels_parts))
         lib = "" if spec.has_libnatten else " (natten without libnatten)"
         print(f"{pid:<8} {gpu}\n{'':<9}packages: {pkgs}{lib}", file=stdout)
+    from backends.machine.presets import MULTI_GPU_BOXES
+
     print("\nAppend xN for N GPUs (e.g. h100x8); --capability also takes a JSON file saved from "
           "`ltx-tui --check --json`.", file=stdout)
+    print("Multi-GPU boxes (peer access between their GPUs, ltx-kernels' all2all built for them): "
+          + " ".join(MULTI_GPU_BOXES), file=stdout)
     return EXIT_OK

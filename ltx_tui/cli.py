@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "directory or socket is refused; never the --profile file")
     parser.add_argument("--force", action="store_true",
                         help="with --output: replace FILE if it is an existing file (atomically, keeping its mode)")
+    parser.add_argument("--gpus", type=_positive_int, metavar="N",
+                        help="with --check / --explain: check for N GPUs (overrides the profile's parallel.gpus): the "
+                        "multi-GPU preflight, and with --resolution/--frames the token cap and the memory per rank")
     parser.add_argument("--explain", metavar="KEY",
                         help="what option KEY does: its values, rules with their verdict here, the runtime step, "
                         "the LTX-2 flag (with --profile / --capability)")
@@ -163,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     shape_flags = [f"--{n}" for n in ("resolution", "frames", "batch") if getattr(args, n) is not None]
     if shape_flags and not (args.tune or args.check):
         parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
+    if args.gpus is not None and not (args.check or args.explain) or args.gpus is not None and args.tune:
+        parser.error("--gpus goes with --check or --explain (parallel.gpus for the check)")
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain:
         from ltx_tui.check import explain_option
 
-        return explain_option(args.explain, profile_path=args.profile, capability=args.capability)
+        return explain_option(args.explain, profile_path=args.profile, capability=args.capability, gpus=args.gpus)
     if args.check:
         from ltx_tui.check import run_check
 
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
                          strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
-                         output=args.output, force=args.force, run=_run_shapes(parser, args) if shape_flags else None)
+                         output=args.output, force=args.force, run=_run_shapes(parser, args) if shape_flags else None,
+                         gpus=args.gpus)
     if args.json or args.strict or args.smoke or args.ltx_args:
         parser.error("--json, --strict, --smoke and --ltx-args go with --check (--json also with --tune)")
     if not sys.stdout.isatty():

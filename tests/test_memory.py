@@ -91,18 +91,27 @@ def test_dit_weights_follow_quantization_and_offload():
 
 
 def test_memory_counts_what_the_plan_runs_not_what_the_profile_asks():
-    """Two GPUs: LTX-2's multi-GPU path runs fp8-cast whatever the profile says (it used to count bf16
-    weights, 36.4 GiB, and offer fp8-cast as the fix); offload drops reduce-overhead's CUDA graphs (it
-    used to double the activations for them: 4.62 instead of 3.31 GiB)."""
+    """Memory reads the plan's effective values (Effective.of), not the profile's: two GPUs with
+    fp8-cast (what LTX-2's multi-GPU modules run; asking for anything else there is an error now)
+    count fp8 weights on every rank, and fp8-cast is never offered as a fix; an offload fix is not
+    offered where the plan would refuse it (several GPUs); offload drops reduce-overhead's CUDA graphs
+    (it used to double the activations for them: 4.62 instead of 3.31 GiB)."""
     shapes = RunShapes(768, 512, 121)
 
     def dit(plan, free=None):
         memory = M.plan_memory(plan, shapes, free)
         return next(s for s in memory.stages if s.stage == "DiT denoising"), memory
 
-    two, memory = dit(on(P(parallel__gpus=2), "h100x2"), 20 * GIB)
-    assert round(two.peak_bytes / GIB, 1) == 19.1 and "fp8-cast" in two.detail
-    assert all("fp8-cast" not in change for change, _ in memory.fixes)
+    two_plan = on(P(parallel__gpus=2, transformer__quantization="fp8-cast"), "h100x2")
+    assert M.Effective.of(two_plan).quantization == "fp8-cast" and M.Effective.of(two_plan).gpus == 2
+    two, memory = dit(two_plan, 20 * GIB)
+    replica = M.dit_weight_bytes(M.Effective(quantization="fp8-cast"))
+    assert round(replica / GIB, 1) == 17.8 and "full DiT replica 17.8 GiB (fp8-cast)" in two.detail
+    assert all("fp8-cast" not in change and "offload" not in change for change, _ in memory.fixes)
+    # the plan's effective value, not the profile's: an error counts as asked (and fp8-cast is then the fix)
+    none = M.plan_memory(on(P(parallel__gpus=2), "h100x2"), shapes, 20 * GIB)
+    assert "(none)" in next(s for s in none.stages if s.stage == "DiT denoising").detail
+    assert any(change == "transformer.quantization = fp8-cast" for change, _ in none.fixes)
     streamed, _ = dit(on(P(offload__mode="cpu", compile__enabled=True, compile__mode="reduce-overhead")))
     assert round(streamed.peak_bytes / GIB, 2) == 3.31 and "CUDA-graph pool" not in streamed.detail
     graphs, _ = dit(on(P(compile__enabled=True, compile__mode="reduce-overhead")))
@@ -183,3 +192,75 @@ def test_upsampler_stage_counts_the_video_encoder_ltx2_builds_beside_it():
                  if s.stage == "latent upsampler")
     assert abs(stage.peak_bytes / GIB - 1.633) / 1.633 < 0.10
     assert "video encoder" in stage.detail
+
+
+# --- several GPUs: a plan per rank -----------------------------------------------------------------
+
+def mgpu(gpus, cap, **kw):
+    return on(P(parallel__gpus=gpus, transformer__quantization="fp8-cast", **kw), cap)
+
+
+def test_every_rank_holds_a_full_dit_and_splits_its_activations():
+    shapes = RunShapes(768, 512, 121)
+    one = M.plan_memory(on(P(transformer__quantization="fp8-cast")), shapes, None)
+    one_dit = next(s for s in one.stages if s.stage == "DiT denoising").peak_bytes
+    act_one = one_dit - M.dit_weight_bytes(M.Effective(quantization="fp8-cast"))
+    for gpus, cap in ((2, "h200x2"), (4, "h200x4"), (8, "h100x8")):
+        plan = M.plan_memory(mgpu(gpus, cap), shapes, None)
+        assert plan.world_size == gpus and [r.rank for r in plan.ranks] == list(range(gpus))
+        rank = plan.ranks[0]
+        stage = {s.stage: s.peak_bytes for s in rank.stages}
+        weights = M.dit_weight_bytes(M.Effective(quantization="fp8-cast"))
+        gemma = -(-M.gemma_params() * M.BF16 // gpus)
+        buffers = 4 * (32768 // gpus) * 4096 * 2
+        act = stage["DiT denoising"] - weights - -(-weights // gpus) - buffers - gemma
+        assert act == act_one // gpus  # 6144 tokens split evenly, N-th each
+        assert stage["text encoder"] - gemma == M._text_encoder().peak_bytes - M.gemma_params() * M.BF16
+        # models stay in each rank's registry: every later stage holds the DiT and Gemma's share
+        assert stage["DiffVAE decode"] > stage["latent upsampler"] > stage["DiT denoising"] > weights
+
+
+def test_decoder_tiles_per_rank_follow_ltx2s_split():
+    """Rank r decodes tile r of a balanced height x width grid with 4 latent pixels of overlap: at
+    224x224 the 7x7 latent splits 2 x 4 over 8 ranks, so the ranks' tiles differ."""
+    assert [M.balanced_split(n) for n in (2, 4, 8)] == [(1, 2), (2, 2), (2, 4)]
+    assert M.tile_extents(7, 2, 4) == (6, 5) and M.tile_extents(24, 4, 4) == (9, 9, 9, 9)
+    assert M.tile_extents(3, 4, 4) is None  # LTX-2 refuses more tiles than pixels
+    plan = M.plan_memory(mgpu(8, "h200x8"), RunShapes(256, 224, 121), None)
+    decode = [next(s for s in r.stages if s.stage == "DiffVAE decode") for r in plan.ranks]
+    assert "tile 0 of 2x4: 6x5 of the 7x8 latent" in decode[0].detail
+    assert "tile 4 of 2x4: 5x5 of the 7x8 latent" in decode[4].detail
+    assert decode[0].peak_bytes > decode[4].peak_bytes
+    assert plan.peak_rank.rank == 0 and plan.stages == plan.ranks[0].stages
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_tile_split_is_ltx2s_own():
+    from ltx_core.tiling import balanced_tile_split, split_by_count
+
+    for n in range(1, 9):
+        assert balanced_tile_split(n) == M.balanced_split(n)
+        for size in range(1, 64):
+            try:
+                ltx2 = tuple(i.end - i.start for i in split_by_count(n, 4)(size).intervals)
+            except ValueError:
+                ltx2 = None
+            assert M.tile_extents(size, n, 4) == ltx2, (n, size)
+
+
+def test_memory_per_rank_in_json_and_text(capsys):
+    import json
+
+    from ltx_tui.cli import main
+
+    argv = ["--check", "--capability", "h200x4", "--gpus", "4", "--resolution", "768x512", "--frames", "121"]
+    assert main(argv + ["--json"]) == 1  # the default profile asks for no quantization: an error on 4 GPUs
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert mem["world_size"] == 4 and mem["peak_rank"] == 0 and len(mem["ranks"]) == 4
+    assert {r["device"] for r in mem["ranks"]} == {0, 1, 2, 3}
+    assert mem["ranks"][0]["peak_bytes"] == mem["peak_bytes"] and mem["fits"] is True
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "per rank, 4 ranks" in out and "rank 3 (GPU 3)" in out and "<- peak rank" in out
+    assert "Rank 0 per stage, peak:" in out and "full DiT replica" in out

@@ -37,6 +37,38 @@ peak is its resident weights plus its own working set; the run's peak is the lar
   conv and norm outputs and the residual of a ResBlock; an estimate, not measured yet). Far
   below the other stages: shown so the plan covers every model the pipeline loads.
 
+Multi-GPU (parallel.gpus = N > 1; LTX-2 v1.2.0's distilled_mgpu, one rank per GPU): a plan per rank,
+the run's peak is the peak rank's. What each rank holds, from LTX-2's sources:
+- The DiT: a full replica on every rank (sequence parallelism is a latency tool, not a memory tool:
+  ltx-pipelines' docs/multigpu/README.md and pipeline-setup.md), fp8-cast (the *_mgpu command lines
+  build it so), plus a ~1/N clone of its clean weights (`TransformerWeightTracker` in
+  multigpu/weight_tracker.py clones the rank's `md5(key) % N` shard of the state dict; the runners
+  do not pass `no_lora_swap`), plus the all2all IPC buffers: ceil(sp_max_tokens / N) tokens x 4096 x
+  2 bytes each, four of them (q, k, v and the gathered heads: `AttentionManager` in
+  ltx_core/multigpu/transformer/attention.py; the buffer in ltx-kernels' csrc/all2all/all2all.cpp).
+  Its activations split by the world size: the video tokens padded to a multiple of N, N-th each
+  (`pad_modality_for_uniform_sharding` / `tile_modality_for_rank` in
+  ltx_core/multigpu/transformer/sequence_parallel.py; after the all2all a rank holds every token
+  for 1/N of the heads, the same bytes); the audio stream is not split (counted in DIT_ACT).
+- Gemma: loaded once, by rank 0's process, with Accelerate's `device_map="auto"`, which spreads its
+  layers over the GPUs with balanced memory (`AccelerateGemmaBuilder` in
+  ltx_pipelines/multigpu/gemma_builders.py, `load_gemma_with_device_map` in
+  ltx_core/multigpu/gemma/loader.py; the other ranks get a broadcast stub): ~1/N of its weights on
+  each GPU, its activations counted on each (they pass through every GPU's layers).
+  `BatchParallelGemmaBuilder` (bp_gemma_builder.py, a full Gemma replica per rank) is not used by the
+  shipped *_mgpu modules.
+- Weights stay: the runners hand every block a `ModelRegistry()` that caches state dicts
+  (ltx_core/loader/registry.py, `cache_weights=True` by default; the tracker keeps the DiT's
+  registry tensors on the GPU), so each rank's share of every model it loaded stays on its GPU for
+  the rest of the run: the DiT stage holds Gemma's share, the upsampler stage the DiT too, the
+  decode stage all of them.
+- The decoder: distributed over H x W tiles, one per rank (`balanced_tile_split(N)` height x width
+  tiles with an overlap of 4 latent pixels in distilled_mgpu.py; tile i to rank i % N, in
+  ltx_core/multigpu/vae/distributed_decoder.py), so a rank's decode working set is its tile's share
+  of the frame (`split_by_count` in ltx_core/tiling.py sizes the tiles); the driver rank 0 then
+  blends the tiles into frames spread over the GPUs (not counted).
+Not measured on GPUs: the per-rank plan is these facts applied to the single-GPU model's numbers.
+
 Block parameter formulas (d = 4096 video width, a = 2048 audio width; weights + biases + the
 q/k RMS norms; `ltx_core/model/transformer/transformer.py` and `attention.py`): video self- and
 cross-attention 4d^2 + 6d each; feed-forward (4x) 8d^2 + 5d; audio self- and cross-attention
@@ -47,11 +79,13 @@ tables 6d + 6a + 5a + 5d. Total 386,074,624 per block, as LTX-2's own LTXModel c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.plan import Plan, resolve
+from backends.config.rules import SP_MAX_TOKENS, Status
 from backends.config.values import value
 
 GIB = 1 << 30
@@ -65,6 +99,8 @@ TILE_HALO = 1.15  # a tile's stage-5 tokens with its overlap, per tile's share (
 UPSAMPLER = {"in": 128, "mid": 512, "blocks": 4}  # LatentUpsampler's defaults
 UPSAMPLER_ACT = 6  # working set in units of latent tokens x mid x 2 bytes (estimate)
 VIDEO_ENCODER_PARAMS = 694_098_881  # built beside the upsampler (the public LTX-2 VAE's encoder; an estimate)
+SP_BUFFERS = 4  # all2all instances per rank: q, k, v and the gathered heads (AttentionManager)
+MGPU_DECODE_OVERLAP = 4  # latent pixels shared by neighbouring decoder tiles (distilled_mgpu.py)
 
 
 def block_params() -> tuple[int, int]:
@@ -101,11 +137,41 @@ class StagePeak:
 
 
 @dataclass(frozen=True)
+class RankPlan:
+    """One rank's stages in a multi-GPU run (rank r runs on the r-th GPU the run uses)."""
+
+    rank: int
+    device: int
+    stages: tuple[StagePeak, ...]
+
+    @property
+    def peak(self) -> StagePeak:
+        return max(self.stages, key=lambda s: s.peak_bytes)
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "device": self.device, "peak_bytes": self.peak.peak_bytes,
+                "peak_stage": self.peak.stage,
+                "stages": [{"stage": s.stage, "peak_bytes": s.peak_bytes, "detail": s.detail} for s in self.stages]}
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
+    """The stages of a run (of its peak rank, for several GPUs: `ranks` holds each rank's); the
+    free memory is that of one GPU (the least free of those the run uses)."""
+
     shapes: RunShapes
     stages: tuple[StagePeak, ...]
     free_bytes: int | None
     fixes: tuple[tuple[str, int], ...] = field(default=())
+    ranks: tuple[RankPlan, ...] = field(default=())
+
+    @property
+    def world_size(self) -> int:
+        return max(1, len(self.ranks))
+
+    @property
+    def peak_rank(self) -> RankPlan | None:
+        return max(self.ranks, key=lambda r: r.peak.peak_bytes) if self.ranks else None
 
     @property
     def peak(self) -> StagePeak:
@@ -120,15 +186,18 @@ class MemoryPlan:
         if self.free_bytes is None:
             return f"peak {peak.peak_bytes / GIB:.1f} GiB in {peak.stage} (free GPU memory unknown)"
         spare = self.free_bytes - peak.peak_bytes
+        where = f"rank {self.peak_rank.rank}'s {peak.stage}" if self.ranks else peak.stage
         if spare >= 0:
-            return f"fits with {spare / GIB:.1f} GiB to spare (peak {peak.stage}, {peak.peak_bytes / GIB:.1f} GiB)"
-        return f"does not fit: {peak.stage} needs {-spare / GIB:.1f} GiB more ({peak.peak_bytes / GIB:.1f} GiB)"
+            return f"fits with {spare / GIB:.1f} GiB to spare (peak {where}, {peak.peak_bytes / GIB:.1f} GiB)"
+        return f"does not fit: {where} needs {-spare / GIB:.1f} GiB more ({peak.peak_bytes / GIB:.1f} GiB)"
 
     def to_dict(self) -> dict:
         return {"stages": [{"stage": s.stage, "peak_bytes": s.peak_bytes, "detail": s.detail} for s in self.stages],
                 "peak_bytes": self.peak.peak_bytes, "peak_stage": self.peak.stage, "free_bytes": self.free_bytes,
                 "fits": self.fits, "verdict": self.verdict(),
-                "fixes": [{"change": c, "peak_bytes": b} for c, b in self.fixes]}
+                "fixes": [{"change": c, "peak_bytes": b} for c, b in self.fixes],
+                "world_size": self.world_size, "peak_rank": self.peak_rank.rank if self.ranks else None,
+                "ranks": [r.to_dict() for r in self.ranks]}
 
 
 def _text_encoder() -> StagePeak:
@@ -149,6 +218,8 @@ class Effective:
     gpu_slots: int = 2
     cuda_graphs: bool = False
     decode: str = "chunked_eager"
+    gpus: int = 1  # ranks of a multi-GPU run (parallel.gpus)
+    devices: tuple[int, ...] = (0,)  # the CUDA ordinal of each rank
 
     @classmethod
     def of(cls, plan: Plan) -> Effective:
@@ -156,8 +227,10 @@ class Effective:
             d = plan[key]
             return d.effective if d.effective is not None else d.requested
         compile_step = plan.step("compile")
+        par = plan.profile.parallel
         return cls(eff("transformer.quantization"), eff("offload.mode"), plan.profile.offload.gpu_slots,
-                   bool(compile_step and compile_step.args["cudagraphs"]), eff("diffvae.mode"))
+                   bool(compile_step and compile_step.args["cudagraphs"]), eff("diffvae.mode"), par.gpus,
+                   tuple(par.devices or range(par.gpus)))
 
 
 def dit_weight_bytes(e: Effective) -> int:
@@ -213,7 +286,92 @@ def _upsampler(shapes: RunShapes) -> StagePeak:
 
 
 def _stages(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
+    if e.gpus > 1:
+        return max(_ranks(e, shapes, tiles), key=lambda r: r.peak.peak_bytes).stages
     return _text_encoder(), _dit(e, shapes), _upsampler(shapes), _decode(e, shapes, tiles)
+
+
+# --- multi-GPU: one plan per rank ---------------------------------------------------------------
+
+def balanced_split(n: int) -> tuple[int, int]:
+    """`n` as (small, large) factors, as square as can be (small: the largest divisor of n not
+    above its square root): LTX-2's height x width tile grid for n ranks."""
+    small = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    return small, n // small
+
+
+def tile_extents(size: int, tiles: int, overlap: int) -> tuple[int, ...] | None:
+    """The extent of each of `tiles` overlapping tiles over `size` (LTX-2's split by count: tiles of
+    (size + overlap x (tiles - 1)) // tiles, the first remainder of them one longer, the last one
+    reaching the end); None where LTX-2 refuses the split (too small a dimension)."""
+    if tiles == 1:
+        return (size,)
+    total = size + overlap * (tiles - 1)
+    tile, extra = total // tiles, total % tiles
+    if tiles > size or tile <= overlap:
+        return None
+    span = size - extra  # laid out with equal tiles, then the first `extra` grow by one
+    step = tile - overlap
+    count = (span + tile - 2 * overlap - 1) // step
+    starts = [i * step for i in range(count)]
+    ends = [s + tile for s in starts[:-1]] + [span]
+    out = [(e + min(i, extra) + (1 if i < extra else 0)) - (s + min(i, extra)) for i, (s, e) in enumerate(zip(starts, ends))]
+    return tuple(out)
+
+
+def _rank_tile(shapes: RunShapes, gpus: int, rank: int) -> tuple[float, str]:
+    """(the share of the frame rank `rank` decodes, in words)."""
+    _, h, w = shapes.latent
+    rows, cols = balanced_split(gpus)
+    hs, ws = tile_extents(h, rows, MGPU_DECODE_OVERLAP), tile_extents(w, cols, MGPU_DECODE_OVERLAP)
+    if hs is None or ws is None or len(hs) * len(ws) != gpus:
+        return 1.0, f"the whole frame (LTX-2 cannot split a {h}x{w} latent into {rows}x{cols} tiles)"
+    th, tw = hs[rank // cols], ws[rank % cols]
+    return th * tw / (h * w), f"tile {rank} of {rows}x{cols}: {th}x{tw} of the {h}x{w} latent"
+
+
+def _sp_buffers(gpus: int, width: int) -> int:
+    return SP_BUFFERS * -(-SP_MAX_TOKENS // gpus) * width * BF16
+
+
+def _ranks(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[RankPlan, ...]:
+    """Each rank's stages in a run over `e.gpus` GPUs (see the module's docstring for the facts)."""
+    n = e.gpus
+    gemma = -(-gemma_params() * BF16 // n)
+    text = _text_encoder()
+    text_act = text.peak_bytes - gemma_params() * BF16
+    dit_weights = dit_weight_bytes(e)
+    clean = -(-dit_weights // n)
+    buffers = _sp_buffers(n, shapes.dit_width)
+    padded = shapes.dit_tokens + (-shapes.dit_tokens) % n
+    act = shapes.batch * padded // n * shapes.dit_width * BF16 * DIT_ACT * (2 if e.cuda_graphs else 1)
+    dit_resident = dit_weights + clean + buffers
+    up = _upsampler(shapes)
+    up_weights = upsampler_params() * BF16 + VIDEO_ENCODER_PARAMS * BF16
+    ranks = []
+    for rank in range(n):
+        share, where = _rank_tile(shapes, n, rank)
+        one = _decode(e, shapes, tiles)
+        vae_weights = VAE_PARAMS * BF16
+        decode = vae_weights + int((one.peak_bytes - vae_weights) * share)
+        stages = (
+            StagePeak("text encoder", gemma + text_act,
+                      f"Gemma 3 12B spread over the {n} GPUs by rank 0 (Accelerate device_map=auto): "
+                      f"{gemma / GIB:.1f} GiB of its weights here + activations of {S.TEXT_TOKENS} tokens"),
+            StagePeak("DiT denoising", gemma + dit_resident + act,
+                      f"full DiT replica {dit_weights / GIB:.1f} GiB ({e.quantization}) + 1/{n} clean-weights clone "
+                      f"{clean / GIB:.1f} GiB + all2all buffers {buffers / GIB:.2f} GiB + activations "
+                      f"{act / GIB:.1f} GiB ({shapes.batch * padded // n} of {shapes.batch * padded} tokens) + "
+                      f"Gemma's share {gemma / GIB:.1f} GiB (kept)"),
+            StagePeak("latent upsampler", gemma + dit_resident + up.peak_bytes,
+                      f"{up.peak_bytes / GIB:.2f} GiB as on one GPU + the kept DiT, clone, buffers and Gemma share "
+                      f"{(gemma + dit_resident) / GIB:.1f} GiB"),
+            StagePeak("DiffVAE decode", gemma + dit_resident + up_weights + decode,
+                      f"{e.decode}, {where}: {decode / GIB:.2f} GiB + the kept models "
+                      f"{(gemma + dit_resident + up_weights) / GIB:.1f} GiB"),
+        )
+        ranks.append(RankPlan(rank, e.devices[rank] if rank < len(e.devices) else rank, stages))
+    return tuple(ranks)
 
 
 # fixes: what to change in the profile -> (changed options, other shapes, decode tiles); each is
@@ -228,8 +386,11 @@ FIXES = (
 
 
 def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> MemoryPlan:
-    """The per-stage peaks of what `plan` runs at `shapes`, and the fixes that lower the peak, best first."""
-    stages = _stages(Effective.of(plan), shapes)
+    """The per-stage peaks of what `plan` runs at `shapes` (per rank with several GPUs: `stages` are
+    the peak rank's), and the fixes that lower the peak, best first."""
+    e = Effective.of(plan)
+    ranks = _ranks(e, shapes) if e.gpus > 1 else ()
+    stages = max(ranks, key=lambda r: r.peak.peak_bytes).stages if ranks else _stages(e, shapes)
     peak = max(s.peak_bytes for s in stages)
     fixes = []
     for change, fix in FIXES:
@@ -240,12 +401,18 @@ def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> Memory
     fixes.sort(key=lambda f: f[1])
     if free_bytes is not None and peak > free_bytes and fixes and fixes[0][1] > free_bytes:
         fixes.insert(0, _combined(plan, shapes, free_bytes))
-    return MemoryPlan(shapes, stages, free_bytes, tuple(fixes))
+    return MemoryPlan(shapes, stages, free_bytes, tuple(fixes), ranks)
+
+
+_NOT_RUN = 1 << 62  # the "peak" of a fix the plan would not run: never lower, never offered
 
 
 def _peak(plan: Plan, values: dict, shapes: RunShapes, tiles: int) -> int:
-    """The peak with `values` changed in the profile, planned again on the same machine."""
+    """The peak with `values` changed in the profile, planned again on the same machine (a change
+    the new plan cannot run, e.g. offload on several GPUs, lowers nothing)."""
     changed = resolve(plan.profile.replace(**values), plan.capability, plan.tuned) if values else plan
+    if any(changed[k].status is Status.ERROR and plan[k].status is not Status.ERROR for k in values):
+        return _NOT_RUN
     return max(x.peak_bytes for x in _stages(Effective.of(changed), shapes, tiles))
 
 
