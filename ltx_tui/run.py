@@ -23,6 +23,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_EPILOG = """Everything after `--` is the pipeline module and its own arguments, as for
 `python -m ltx_pipelines.<module>`. The profile is authoritative: --quantization, --compile,
 --offload, --diffvae-optimization and --max-batch-size may be given only when they agree with it.
+LTX-2's multi-GPU modules (distilled_mgpu, ti2vid_two_stages_mgpu, ti2vid_two_stages_hq_mgpu) get
+the plan in every rank and each rank records itself; there --quantization, --offload, --lora and
+--max-batch-size are refused (LTX-2 would drop them without a word).
 
 exit codes:
   0  the run finished and the profile was applied to every LTXModel built
@@ -64,11 +67,9 @@ def _say(text: str) -> None:
 
 
 def _built_line(built) -> str:
-    if built.kept:
-        return f"ltx-tui: {built.model} for {built.stage}: the one built earlier, kept on the device (nothing loaded)"
-    head = (f"ltx-tui: {built.model} built for {built.stage}: load {built.load_s:.2f} s"
-            + (f", plan applied in {built.apply_s:.2f} s" if built.applied else ", left as LTX-2 built it"))
-    return "\n".join([head] + [f"    {c}" for c in built.changes] + [f"    warning: {w}" for w in built.warnings])
+    from backends.launch.hooks import describe
+
+    return describe(built)
 
 
 def run_main(argv: list[str]) -> int:
@@ -98,7 +99,10 @@ def run_main(argv: list[str]) -> int:
                               "ltx2_does": list(prep.policy.ltx2_does),
                               "dit_steps": [s.text for s in prep.plan.steps if s.kind in prep.policy.dit_steps],
                               "decoder_steps": [s.text for s in prep.plan.steps
-                                                if s.kind in prep.policy.decoder_steps]}, indent=1))
+                                                if s.kind in prep.policy.decoder_steps],
+                              "multi_gpu": prep.multi_gpu, "world_size": prep.world_size,
+                              "barrier_timeout_s": launcher.barrier_timeout(prep),
+                              "notes": list(prep.policy.notes + prep.notes)}, indent=1))
         else:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:
@@ -107,6 +111,11 @@ def run_main(argv: list[str]) -> int:
         return EXIT_OK
     for w in prep.env_warnings:
         _say(f"ltx-tui run: warning: {w}")
+    for n in prep.notes:
+        _say(f"ltx-tui run: {n}")
+    if prep.multi_gpu and launcher.barrier_timeout(prep) is not None:
+        _say(f"ltx-tui run: every rank raises its all2all barrier timeout to {launcher.barrier_timeout(prep):g} s "
+             "before the first step (ltx-tui compiles the DiT) and puts it back after the run")
     _say(f"ltx-tui run: {prep.command()}")
     from ltx_tui.errlog import log_internal_error
 
@@ -118,13 +127,15 @@ def run_main(argv: list[str]) -> int:
     saved = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         outcome = launcher.launch(prep, ["ltx-tui", "run", *argv], on_built=lambda b: _say(_built_line(b)),
-                                  log_error=log_internal_error)
+                                  log_error=log_internal_error, ledger=args.ledger)
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
     if stopped:
         outcome.code = 128 + stopped[0]
     record = outcome.record
+    if outcome.multi_gpu:
+        return _ranks_done(outcome, args)
     if not outcome.ran:  # --help, or the module's own argument error: nothing to record
         return outcome.code
     try:
@@ -142,6 +153,27 @@ def run_main(argv: list[str]) -> int:
     return outcome.code
 
 
+def _ranks_done(outcome, args) -> int:
+    """A multi-GPU run: each rank appended its own record; show them, say what is missing."""
+    ranks = outcome.rank_records
+    if args.json and (ranks or outcome.ran):
+        print(json.dumps([r.to_dict() for r in ranks], indent=1, default=str))
+    elif not args.json:
+        for r in ranks:
+            sys.stdout.write(show(r))
+    record = outcome.record
+    if record.error:
+        _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
+    if ranks:
+        _say(f"ltx-tui run: {len(ranks)} rank(s) recorded as runs {', '.join(r.id for r in ranks)} in "
+             f"{args.ledger or ledger_mod.default_ledger()}")
+    elif outcome.code != EXIT_OK:
+        _say("ltx-tui run: no rank recorded a run (the ranks' own lines above say why)")
+    if outcome.missing_ranks:
+        _say(f"ltx-tui run: rank(s) {', '.join(map(str, outcome.missing_ranks))} wrote no record")
+    return outcome.code
+
+
 # --- the ledger as text -----------------------------------------------------------------------
 
 def _f(x: float | None, fmt: str = ".2f") -> str:
@@ -149,16 +181,30 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 
 def listing(records) -> str:
-    lines = [f"{'id':<22} {'started':<20} {'module':<34} {'status':<11} {'stages s':>9} {'peak GiB':>9} {'exit':>4}"]
+    lines = [f"{'id':<25} {'started':<20} {'module':<34} {'rank':>4} {'status':<11} {'stages s':>9} {'peak GiB':>9} "
+             f"{'exit':>4}"]
     for r in reversed(records):
-        lines.append(f"{r.id:<22} {r.started[:19]:<20} {r.module[:34]:<34} {r.status:<11} {r.gpu_seconds:>9.2f} "
-                     f"{_f(r.peak_gib):>9} {r.exit:>4}")
+        lines.append(f"{r.id:<25} {r.started[:19]:<20} {r.module[:34]:<34} {_rank(r):>4} {r.status:<11} "
+                     f"{r.gpu_seconds:>9.2f} {_f(r.peak_gib):>9} {r.exit:>4}")
     return "\n".join(lines) + "\n"
+
+
+def _rank(r) -> str:
+    return "-" if r.rank is None else str(r.rank)
+
+
+def _of_ranks(r) -> str:
+    """' (rank R of N)' for a rank's record of a multi-GPU run, else ''."""
+    if r.rank is None:
+        return ""
+    world = r.plan.get("mgpu", {}).get("world_size") if isinstance(r.plan.get("mgpu"), dict) else None
+    return f" (rank {r.rank}" + (f" of {world}" if world else "") + ")"
 
 
 def show(r) -> str:
     """One run stage by stage: seconds, steps, peak allocated/reserved, the memory plan's prediction."""
-    lines = [f"run {r.id}: {r.module} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, profile {r.profile.get('path')}"]
+    lines = [f"run {r.id}: {r.module}{_of_ranks(r)} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, "
+             f"profile {r.profile.get('path')}"]
     if r.error:
         lines.append(f"  error: {r.error}")
     lines.append(f"  {'stage':<20} {'s':>9} {'load s':>7} {'compute':>8} {'steps':>5} {'s/step':>7} {'peak GiB':>8} "
@@ -180,6 +226,9 @@ def show(r) -> str:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
                      + ("kept from an earlier stage" if m.kept else "plan applied" if m.applied else "as LTX-2 built it")
                      + (f"; compile: {m.compile}" if m.compile else ""))
+    mgpu = r.plan.get("mgpu")
+    if isinstance(mgpu, dict):
+        lines += [f"  note: {n}" for n in mgpu.get("notes", ()) if isinstance(n, str)]
     return "\n".join(lines) + "\n"
 
 
@@ -189,8 +238,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def compare(a, b) -> str:
     """Two runs side by side per stage (matched by stage name), B's speed-up over A."""
-    lines = [f"A = {a.id} ({a.module}, {a.profile.get('path')}, ltx argv: {' '.join(a.ltx_argv)[:60]})",
-             f"B = {b.id} ({b.module}, {b.profile.get('path')}, ltx argv: {' '.join(b.ltx_argv)[:60]})",
+    lines = [f"A = {a.id} ({a.module}{_of_ranks(a)}, {a.profile.get('path')}, ltx argv: {' '.join(a.ltx_argv)[:60]})",
+             f"B = {b.id} ({b.module}{_of_ranks(b)}, {b.profile.get('path')}, ltx argv: {' '.join(b.ltx_argv)[:60]})",
              f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A comp':>8} {'B comp':>8} {'A/B':>7} "
              f"{'A peak':>8} {'B peak':>8} {'B plan':>8}"]
     names = [s.name for s in a.stages] + [s.name for s in b.stages if s.name not in {x.name for x in a.stages}]

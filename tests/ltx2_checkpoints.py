@@ -53,6 +53,8 @@ MODEL_VERSION = "2.3.0"
 so no ``gemma_source_checkpoint`` is required; pipelines pick ``LTX_2_3_PARAMS``)."""
 
 PIPELINE_MODULES = ("distilled", "ti2vid_one_stage", "ti2vid_two_stages")
+MGPU_MODULES = ("distilled_mgpu", "ti2vid_two_stages_mgpu")
+"""LTX-2's multi-GPU modules with the same command line as their single-GPU module (``_mgpu`` dropped)."""
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 """Test-only stand-ins (``torchaudio``: imported by ``ltx_core.model.audio_vae``, never called
 by the generation pipelines); see :func:`stand_in_paths`."""
@@ -903,12 +905,15 @@ def pipeline_args(
 ) -> list[str]:
     """``python -m ltx_pipelines.<module>`` arguments (module's own CLI) for ``ckpt``.
 
-    ``module``: ``distilled``, ``ti2vid_one_stage`` or ``ti2vid_two_stages``. ``steps`` sets
+    ``module``: ``distilled``, ``ti2vid_one_stage`` or ``ti2vid_two_stages`` (or one of
+    ``MGPU_MODULES``: the same arguments as the module without ``_mgpu``). ``steps`` sets
     ``--num-inference-steps`` (not a flag of ``distilled``, whose schedule is fixed). Two-stage
     modules need width/height divisible by 64, ``ti2vid_one_stage`` by 32; frames = 8k + 1.
     """
+    if module in MGPU_MODULES:
+        module = module.removesuffix("_mgpu")
     if module not in PIPELINE_MODULES:
-        raise ValueError(f"module must be one of {PIPELINE_MODULES}, got {module!r}")
+        raise ValueError(f"module must be one of {PIPELINE_MODULES + MGPU_MODULES}, got {module!r}")
     checkpoint_flag = "--distilled-checkpoint-path" if module == "distilled" else "--checkpoint-path"
     args = [
         checkpoint_flag,

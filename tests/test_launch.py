@@ -191,7 +191,8 @@ def test_run_needs_a_module(capsys):
 
 @pytest.mark.parametrize("module, words", [
     ("os", "not an LTX-2 pipeline module"),
-    ("ltx_pipelines.distilled_mgpu", "single-GPU pipeline modules only"),
+    ("ltx_pipelines.keyframe_interpolation_mgpu", "not one of LTX-2 v1.2.0's multi-GPU modules"),
+    ("ltx_pipelines.distilled_mgpu", 'would silently not do:\ntransformer.quantization = none'),
 ])
 def test_run_refuses_other_modules_before_anything_loads(module, words, capsys):
     assert main(["run", "--", module, "--prompt", "x"]) == 2
@@ -241,6 +242,9 @@ def test_predictions_need_full_size_models_and_count_a_kept_dit():
     assert predict("audio_decode", {}) == (None, None)
     tiny = [SimpleNamespace(model="LTXModel", params=378_240)]
     assert predict is not None and _predictions(prep, tiny)("denoise", {})[1].startswith("no prediction: LTXModel has 378,240")
+    # a model the builders never saw (the multi-GPU modules load Gemma through Accelerate): nothing to compare
+    assert _predictions(prep, tiny)("text_encoder", {}) == (
+        None, "no prediction: no LTXGemmaTextEncoder was built through the LTX-2 builders ltx-tui wraps")
 
 
 @pytest.mark.parametrize("damage", [

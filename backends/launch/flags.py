@@ -18,6 +18,13 @@ it: what LTX-2 must do itself is added back from the profile (`ltx_argv`), once:
 - `--max-batch-size N` is passed on when the profile's `memory.max_batch_size` is not 1 (LTX-2
   parses it everywhere; only some modules read it).
 
+LTX-2's multi-GPU modules (`MGPU_MODULES`, `policy(..., multi_gpu=True)`) parse the same command
+line but hand their workers only the compile config and the DiffVAE mode: `--quantization`,
+`--offload`, `--lora` and `--max-batch-size` would be dropped without a word (every rank builds
+the DiT fp8-cast, resident, without LoRAs). ltx-tui refuses them (`MGPU_DROPPED` says what would
+happen), and refuses a profile that asks for another quantization or for offload. `--compile` and
+`--diffvae-optimization` are judged as for one GPU; ltx-tui compiles the DiT in every rank.
+
 Pure: no torch, no LTX-2 imports.
 """
 
@@ -34,6 +41,20 @@ FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "
 COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
 COMPILE_KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")
 STREAMABLE = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
+MGPU_MODULES = ("ltx_pipelines.distilled_mgpu", "ltx_pipelines.ti2vid_two_stages_mgpu",
+                "ltx_pipelines.ti2vid_two_stages_hq_mgpu")
+# What LTX-2 v1.2.0's multi-GPU modules do with the flags they parse but never pass to their
+# workers (their __main__ gives the runner's setup only the compile config and the DiffVAE mode;
+# the runners build fp8-cast, with `loras=[]`, and never stream).
+MGPU_DROPPED = {
+    "--quantization": "LTX-2's multi-GPU modules never pass it to their ranks, which build the DiT fp8-cast "
+                      "whatever it says",
+    "--offload": "LTX-2's multi-GPU modules never pass it to their ranks: each holds the whole DiT on its GPU, "
+                 "nothing is streamed",
+    "--lora": "LTX-2's multi-GPU modules build their pipelines without LoRAs (loras=[]): the LoRA would be "
+              "left out",
+    "--max-batch-size": "LTX-2's multi-GPU modules never read it",
+}
 
 
 class FlagConflict(ValueError):
@@ -134,20 +155,52 @@ def _flag_text(name: str, value) -> str:
     return f"{name} {value}"
 
 
-def abbreviations(args: list[str]) -> list[str]:
-    """Arguments that argparse would expand to one of the five flags (LTX-2 allows abbreviations)."""
+def abbreviations(args: list[str], flags: tuple[str, ...] = FLAGS) -> list[str]:
+    """Arguments that argparse would expand to one of `flags` (LTX-2 allows abbreviations)."""
     out = []
     for a in args:
         name = a.split("=", 1)[0]
-        if name.startswith("--") and len(name) > 2 and name not in FLAGS \
-                and any(f.startswith(name) for f in FLAGS):
+        if name.startswith("--") and len(name) > 2 and name not in flags \
+                and any(f.startswith(name) for f in flags):
             out.append(a)
     return out
 
 
-def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
-    """Compare the module's arguments with `profile`; FlagConflict lists every disagreement."""
+def dropped_by_mgpu(args: list[str] | tuple[str, ...]) -> list[str]:
+    """'FLAG: what LTX-2's multi-GPU modules would do with it' for each such flag in `args`."""
+    out = []
+    for a in args:
+        name = a.split("=", 1)[0]
+        full = name if name in MGPU_DROPPED else next(
+            (f for f in MGPU_DROPPED if name.startswith("--") and len(name) > 2 and f.startswith(name)), None)
+        if full is not None and not any(o.startswith(f"{full}:") for o in out):
+            out.append(f"{full}: {MGPU_DROPPED[full]}")
+    return out
+
+
+class ProfileConflict(FlagConflict):
+    """The profile asks for what the module cannot do (it would silently do something else)."""
+
+
+def mgpu_refusals(profile: Profile) -> list[str]:
+    """What a profile asks of LTX-2's multi-GPU modules that they would silently not do."""
+    out = []
+    q, o = profile.transformer.quantization, profile.offload.mode
+    if q is not Quantization.FP8_CAST:
+        out.append(f"transformer.quantization = {q}: LTX-2's multi-GPU ranks build the DiT fp8-cast whatever is asked "
+                   "(their command line has no quantization); set transformer.quantization = \"fp8-cast\"")
+    if o is not OffloadMode.NONE:
+        out.append(f"offload.mode = {o}: LTX-2's multi-GPU ranks never stream (each holds the whole DiT on its GPU); "
+                   "set offload.mode = \"none\"")
+    return out
+
+
+def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bool = False) -> FlagPolicy:
+    """Compare the module's arguments with `profile`; FlagConflict lists every disagreement.
+    `multi_gpu`: the module is one of LTX-2's multi-GPU modules (`MGPU_MODULES`)."""
     args = list(args)
+    if multi_gpu:
+        return _mgpu_policy(args, profile)
     short = abbreviations(args)
     if short:
         raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
@@ -211,15 +264,61 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile) -> FlagPolicy:
     return FlagPolicy(tuple(ltx_argv), tuple(verdicts), tuple(ltx2_does), tuple(dit_steps), notes=tuple(notes))
 
 
-def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: bool) -> Profile:
+def _mgpu_policy(args: list[str], profile: Profile) -> FlagPolicy:
+    """LTX-2's multi-GPU modules: the flags they would drop are refused, the profile's quantization
+    must be theirs (fp8-cast) and its offload none; compile and the DiffVAE layout are ltx-tui's in
+    every rank (LTX-2 gets `--diffvae-optimization MODE` to size its decode tiles, as for one GPU)."""
+    dropped = dropped_by_mgpu(args)
+    if dropped:
+        raise FlagConflict("refused, LTX-2 would silently drop them:\n" + "\n".join(f"  {d}" for d in dropped)
+                           + "\ndrop them (ltx-tui's profile sets what the multi-GPU modules can take)")
+    refusals = mgpu_refusals(profile)
+    if refusals:
+        raise ProfileConflict("\n".join(refusals))
+    short = abbreviations(args)
+    if short:
+        raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
+                           "spell the flag out (the profile decides its value)")
+    ns, rest = _parser().parse_known_args(args)
+    verdicts: list[Verdict] = []
+    if ns.compile is not None:
+        ok, detail, option = _compile_verdict(ns.compile, profile.compile)
+        verdicts.append(Verdict(_flag_text("--compile", ns.compile), option, "agrees" if ok else "conflicts", detail))
+    mode = profile.diffvae.mode
+    if ns.diffvae_optimization is not None:
+        verdicts.append(Verdict(_flag_text("--diffvae-optimization", ns.diffvae_optimization), "diffvae.mode",
+                                "agrees" if ns.diffvae_optimization == str(mode) else "conflicts",
+                                f"the profile has diffvae.mode = {mode}"))
+    ltx2_does = ["transformer.quantization = fp8-cast: LTX-2's multi-GPU ranks (each builds the DiT fp8-cast)",
+                 f"parallel.gpus = {profile.parallel.gpus}: LTX-2's MGPUController, one rank per visible GPU "
+                 "(sequence-parallel DiT, Accelerate Gemma, distributed VAE decode)"]
+    notes = []
+    if profile.memory.max_batch_size != 1:
+        notes.append(f"memory.max_batch_size = {profile.memory.max_batch_size}: not passed (LTX-2's multi-GPU "
+                     "modules never read --max-batch-size)")
+    return FlagPolicy(tuple(rest) + ("--diffvae-optimization", str(mode)), tuple(verdicts), tuple(ltx2_does),
+                      ("dense_attention", "compile"), notes=tuple(notes))
+
+
+def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: bool, *,
+                       multi_gpu: bool = False, world_size: int = 1) -> Profile:
     """The profile that says what LTX-2's own flags in `args` say (for `ltx-tui run --as-built`:
-    the record and the memory plan's prediction); FlagConflict for a value the profile cannot hold."""
+    the record and the memory plan's prediction); FlagConflict for a value the profile cannot hold.
+    `multi_gpu`: one of LTX-2's multi-GPU modules, over `world_size` ranks (fp8-cast, no offload;
+    the flags it would drop are refused: the record could not say what ran)."""
+    if multi_gpu:
+        dropped = dropped_by_mgpu(list(args))
+        if dropped:
+            raise FlagConflict("refused, LTX-2 would silently drop them:\n" + "\n".join(f"  {d}" for d in dropped))
     short = abbreviations(list(args))
     if short:
         raise FlagConflict(f"{', '.join(short)}: spell the flag out (LTX-2 would expand the abbreviation; the record "
                            "could not say what it did)")
     ns, _ = _parser().parse_known_args(list(args))
     values: dict[str, object] = {"memory.expandable_segments": expandable_segments}
+    if multi_gpu:
+        values["transformer.quantization"] = str(Quantization.FP8_CAST)
+        values["parallel.gpus"] = max(1, world_size)
     if ns.quantization is not None:
         values["transformer.quantization"] = ns.quantization
     if ns.offload is not None:

@@ -45,6 +45,51 @@ WRAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ltx_pipelines.utils.blocks", "AudioDecoder.__call__", ("self", "latent")),
 )
 
+# What the multi-GPU launch (`backends.launch.mgpu`) wraps, subclasses or relies on, checked for the
+# `*_mgpu` modules on top of `WRAPPED`: the controller whose runner class it replaces; the shipper
+# and worker entry that carry that class to each rank by value and instantiate it there before
+# NCCL starts; the runner classes it subclasses; the sequence-parallel builder whose builds it
+# wraps (the all2all barrier timeout) and LTX-2's all2all attention wrappers (`original_attention`:
+# where the plan's dense attention goes). `NAME.fset` is a property's setter.
+MGPU_WRAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("ltx_pipelines.multigpu.controller", "MGPUController.__init__", ("self", "runner_cls", "num_gpus", "devices", "logs_specs")),
+    ("ltx_pipelines.multigpu.fleet", "_RunnerShipper.__init__", ("self", "runner_cls")),
+    ("ltx_pipelines.multigpu.fleet", "_worker_entrypoint", ("runner_cls", "setup_kwargs", "init_timeout", "channels", "device_ids")),
+    ("ltx_pipelines.multigpu.runner", "MGPURunner.setup", ("self", "args", "kwargs")),
+    ("ltx_pipelines.multigpu.runner", "MGPURunner.__call__", ("self", "args", "kwargs")),
+    ("ltx_pipelines.distilled_mgpu", "DistilledRunner.setup",
+     ("self", "model_paths", "prompt_enhancer_gemma_root", "spatial_upsampler_path", "vae_queue", "compilation_config",
+      "sp_max_tokens", "quantization", "diffvae_optimization")),
+    ("ltx_pipelines.distilled_mgpu", "DistilledRunner.__call__",
+     ("self", "output_path", "prompt", "seed", "height", "width", "frame_rate", "num_frames", "images", "enhance_prompt",
+      "enhance_static_cache", "hdr", "generated_keyframes")),
+    ("ltx_pipelines.ti2vid_two_stages_mgpu", "TI2VidTwoStagesRunner.setup",
+     ("self", "model_paths", "prompt_enhancer_gemma_root", "spatial_upsampler_path", "vae_queue", "distilled_lora_path",
+      "compilation_config", "sp_max_tokens", "quantization", "diffvae_optimization")),
+    ("ltx_pipelines.ti2vid_two_stages_mgpu", "TI2VidTwoStagesRunner.__call__",
+     ("self", "output_path", "prompt", "negative_prompt", "seed", "height", "width", "frame_rate", "num_inference_steps",
+      "video_guider_params", "audio_guider_params", "num_frames", "images", "enhance_prompt", "enhance_static_cache",
+      "hdr", "generated_keyframes")),
+    ("ltx_pipelines.ti2vid_two_stages_hq_mgpu", "TI2VidTwoStagesHQRunner.setup",
+     ("self", "model_paths", "prompt_enhancer_gemma_root", "spatial_upsampler_path", "vae_queue", "distilled_lora_path",
+      "distilled_lora_strength_stage_1", "distilled_lora_strength_stage_2", "compilation_config", "sp_max_tokens",
+      "diffvae_optimization")),
+    ("ltx_pipelines.ti2vid_two_stages_hq_mgpu", "TI2VidTwoStagesHQRunner.__call__",
+     ("self", "output_path", "prompt", "negative_prompt", "seed", "height", "width", "frame_rate", "num_inference_steps",
+      "video_guider_params", "audio_guider_params", "num_frames", "images", "enhance_prompt", "enhance_static_cache",
+      "hdr", "generated_keyframes")),
+    ("ltx_pipelines.multigpu.sp_builder", "SequenceParallelBuilder.build", ("self", "device", "dtype", "kwargs")),
+    ("ltx_pipelines.multigpu.sp_builder", "SequenceParallelBuilder.all2all_timeout_seconds.fget", ("self",)),
+    ("ltx_pipelines.multigpu.sp_builder", "SequenceParallelBuilder.all2all_timeout_seconds.fset", ("self", "seconds")),
+    ("ltx_core.multigpu.transformer.attention", "All2AllAttention.__init__", ("self", "manager", "original_attention")),
+    ("ltx_core.multigpu.transformer.attention", "MaskedAll2AllAttention.__init__",
+     ("self", "manager", "original_attention")),
+    ("ltx_core.multigpu.transformer.attention", "AudioAll2AllAttention.__init__",
+     ("self", "manager", "original_attention")),
+    ("ltx_core.multigpu.transformer.attention", "MaskedAudioAll2AllAttention.__init__",
+     ("self", "manager", "original_attention")),
+)
+
 
 class GateError(Exception):
     """LTX-2 is missing, of another version, or changed where the launcher wraps it."""
@@ -110,8 +155,9 @@ def signature_problems(wrapped=WRAPPED) -> list[str]:
     return problems
 
 
-def check() -> Found:
-    """Import LTX-2 and compare it with what the launcher was written for."""
+def check(multi_gpu: bool = False) -> Found:
+    """Import LTX-2 and compare it with what the launcher was written for (with `multi_gpu`, also
+    what the multi-GPU launch relies on)."""
     pipelines, why = import_ltx_pipelines()
     if pipelines is None:
         return Found({}, (why,))
@@ -119,13 +165,13 @@ def check() -> Found:
 
     versions = {DISTS[m.__name__]: package_version(m) for m in (ltx_core, pipelines)}
     problems = [f"{dist} {v or '(version unknown)'} is not v{SUPPORTED}" for dist, v in versions.items() if v != SUPPORTED]
-    problems += signature_problems()
+    problems += signature_problems(WRAPPED + (MGPU_WRAPPED if multi_gpu else ()))
     return Found(versions, tuple(problems))
 
 
-def require() -> dict[str, str | None]:
+def require(multi_gpu: bool = False) -> dict[str, str | None]:
     """The versions of ltx-core and ltx-pipelines; GateError with every problem otherwise."""
-    found = check()
+    found = check(multi_gpu)
     if found.problems:
         raise GateError("LTX-2 is not what `ltx-tui run` wraps:\n" + "\n".join(f"  {p}" for p in found.problems)
                         + f"\n`ltx-tui run` supports ltx-core and ltx-pipelines v{SUPPORTED} as released; "

@@ -14,6 +14,14 @@ dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips
 when its weights take at most `KEEP_FRACTION` of the GPU's memory; it is let go when a decoder
 starts. The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
 Everything is restored on exit; LTX-2's files are never edited.
+
+Under LTX-2's sequence parallelism (the `*_mgpu` modules, `backends.launch.mgpu`) the DiT's
+attention slots hold LTX-2's all2all wrappers: each moves heads between the ranks, calls the
+function it keeps as `.original_attention` on the rank's share of the heads, and moves the result
+back. The plan's dense attention belongs in `.original_attention`, never over the wrapper (that
+would run attention on this rank's tokens only, without the other ranks': wrong results, no error):
+`inside_sp_wrappers` hands the apply the wrapped functions, then puts the wrappers back around
+whatever the apply installed.
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ STEP_HOOK = "_ltx_tui_step_hooks"  # the handles of the step meter's hooks on an
 KEEP_FRACTION = 0.5  # a DiT whose weights take more of the GPU's memory is not kept between stages
 DECODES = ("video_decode", "audio_decode")  # stages after the last denoising: a kept DiT is let go
 LTX2_LAYOUT_OPS = ("diffvae_mode_", "cutlass_fna_diffusion_decoder", "compile_diffusion_decoder")
+# LTX-2 v1.2.0's sequence-parallel attention wrappers (ltx_core/multigpu/transformer/attention.py): each
+# keeps the attention function it calls on the rank's heads as `.original_attention`.
+SP_MODULE = "ltx_core.multigpu.transformer.attention"
+SP_WRAPPERS = ("All2AllAttention", "MaskedAll2AllAttention", "AudioAll2AllAttention", "MaskedAudioAll2AllAttention")
+SP_SLOTS = ("attention_function", "masked_attention_function")
 BLOCKS = (("PromptEncoder", "text_encoder"), ("ImageConditioner", "image_condition"), ("DiffusionStage", "denoise"),
           ("VideoUpsampler", "upsample"), ("VideoDecoder", "video_decode"), ("AudioDecoder", "audio_decode"))
 
@@ -51,6 +64,7 @@ class Built:
     report: Any = None  # the ApplyReport, when the plan was applied
     params: int | None = None
     kept: bool = False  # the model an earlier stage built, kept on the device (nothing loaded)
+    notes: list[str] = field(default_factory=list)  # what the launcher did around the apply
 
     @property
     def applied(self) -> bool:
@@ -60,9 +74,9 @@ class Built:
     def changes(self) -> tuple[str, ...]:
         """'option: action detail' for each option the plan did something for on this model."""
         if self.report is None:
-            return ()
+            return tuple(self.notes)
         return tuple(f"{c.option}: {c.action} {c.detail}" for c in self.report.changes
-                     if c.action not in ("kept", "unused", "pipeline", "no target"))
+                     if c.action not in ("kept", "unused", "pipeline", "no target")) + tuple(self.notes)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -73,6 +87,41 @@ class Built:
         """What torch.compile did not compile since the apply (None: the plan compiled nothing here)."""
         health = self.report.compile_health() if self.report is not None else None
         return None if health is None else str(health)
+
+
+def describe(built: Built, prefix: str = "ltx-tui") -> str:
+    """The terminal lines for one model build."""
+    if built.kept:
+        return f"{prefix}: {built.model} for {built.stage}: the one built earlier, kept on the device (nothing loaded)"
+    head = (f"{prefix}: {built.model} built for {built.stage}: load {built.load_s:.2f} s"
+            + (f", plan applied in {built.apply_s:.2f} s" if built.applied else ", left as LTX-2 built it"))
+    return "\n".join([head] + [f"    {c}" for c in built.changes] + [f"    warning: {w}" for w in built.warnings])
+
+
+def is_sp_wrapper(function: Any) -> bool:
+    """Whether `function` is one of LTX-2's sequence-parallel all2all attention wrappers."""
+    return any(c.__name__ in SP_WRAPPERS and c.__module__ == SP_MODULE for c in type(function).__mro__)
+
+
+@contextlib.contextmanager
+def inside_sp_wrappers(model: nn.Module):
+    """While the body runs, every attention slot of `model` that holds an SP wrapper holds the
+    wrapper's `.original_attention` instead; afterwards the wrapper is back in the slot, calling
+    whatever the body left there (the plan's dense attention, or the function it had: a refused
+    apply changes nothing). Yields the list of (module name, slot) it unwrapped."""
+    unwrapped = []
+    for name, module in model.named_modules():
+        for slot in SP_SLOTS:
+            function = getattr(module, slot, None)
+            if function is not None and is_sp_wrapper(function):
+                unwrapped.append((name, module, slot, function))
+                setattr(module, slot, function.original_attention)
+    try:
+        yield [(name, slot) for name, _, slot, _ in unwrapped]
+    finally:
+        for _, module, slot, wrapper in unwrapped:
+            wrapper.original_attention = getattr(module, slot)
+            setattr(module, slot, wrapper)
 
 
 def is_ltx_model(model: nn.Module) -> bool:
@@ -126,8 +175,12 @@ class Hooks:
             self._meter_steps(model)
         if kinds and self.take_over:
             t = time.perf_counter()
-            built.report = apply_profile(model, self._narrow(kinds), device=device)
+            with inside_sp_wrappers(model) as unwrapped:
+                built.report = apply_profile(model, self._narrow(kinds), device=device)
             built.apply_s = time.perf_counter() - t
+            if unwrapped:
+                built.notes.append(f"sequence parallel: the plan's attention installed inside LTX-2's all2all wrappers "
+                                   f"(as their original_attention) on {len(unwrapped)} slot(s); the wrappers stay")
             setattr(model, MARK, True)
         self._credit(built)
         return model
@@ -212,8 +265,9 @@ class Hooks:
         self._meter_steps(inner)
         if self.take_over:
             t = time.perf_counter()
-            built.report = apply_profile(inner, self._narrow(self.dit_steps), device=torch.device(device or "cuda"),
-                                         place=False)
+            with inside_sp_wrappers(inner):
+                built.report = apply_profile(inner, self._narrow(self.dit_steps), device=torch.device(device or "cuda"),
+                                             place=False)
             built.apply_s = time.perf_counter() - t
         self._credit(built)
 

@@ -7,6 +7,10 @@ resolves the plan (with this machine's tune cache, as `--check` does). `launch()
 module in this process (`runpy`, as `python -m` would) with the builders and blocks wrapped
 (`hooks`), and returns a `RunRecord` for the ledger: per stage seconds and peak GPU memory beside
 the memory plan's prediction, per model load and apply seconds.
+
+LTX-2's multi-GPU modules (`flags.MGPU_MODULES`) run the same way in this process, which only
+starts LTX-2's ranks: the plan goes to every rank LTX-2 spawns, and each rank appends its own
+record (`backends.launch.mgpu`); `launch()` reads them back.
 """
 
 from __future__ import annotations
@@ -67,6 +71,12 @@ class Prepared:
     shape: dict[str, int]
     env_warnings: tuple[str, ...] = ()
     as_built: bool = False  # LTX-2 as its own flags build it: measured, nothing applied
+    world_size: int | None = None  # multi-GPU modules: the ranks LTX-2 will spawn (visible GPUs)
+    notes: tuple[str, ...] = ()  # what the launcher set up for the run (printed before it starts)
+
+    @property
+    def multi_gpu(self) -> bool:
+        return self.module in flagmod.MGPU_MODULES
 
     def command(self) -> str:
         import shlex
@@ -116,15 +126,20 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     `dry_run`: flags that disagree with the profile are left in the result (the dry run shows
     them) instead of raising, and the allocator environment is left as it is."""
     if as_built:
-        return _prepare_as_built(profile_path, module, module_args, capability)
+        return _prepare_as_built(profile_path, module, module_args, capability, dry_run)
     _check_module(module)
+    multi_gpu = module in flagmod.MGPU_MODULES
     profile, label, digest = _read_profile(profile_path)
-    if profile.parallel.gpus > 1:
-        raise LaunchError(f"{label}: parallel.gpus = {profile.parallel.gpus}: `ltx-tui run` runs single-GPU "
-                          "pipeline modules only for now; for LTX-2's multi-GPU modules use "
-                          "`ltx-tui --check --ltx-args` and run them yourself")
+    n = profile.parallel.gpus
+    if n > 1 and not multi_gpu:
+        mgpu = f"{module}_mgpu" if f"{module}_mgpu" in flagmod.MGPU_MODULES else None
+        raise LaunchError(f"{label}: parallel.gpus = {n} is sequence parallelism over {n} GPUs, which only LTX-2's "
+                          f"multi-GPU modules run; {module} runs on one GPU: use "
+                          + (mgpu or " or ".join(flagmod.MGPU_MODULES)) + ", or set parallel.gpus = 1")
     try:
-        policy = flagmod.policy(module_args, profile)
+        policy = flagmod.policy(module_args, profile, multi_gpu=multi_gpu)
+    except flagmod.ProfileConflict as e:
+        raise LaunchError(f"{label}: what {module} would silently not do:\n{e}") from None
     except flagmod.FlagConflict as e:
         raise LaunchError(f"{module}'s arguments: {e}") from None
     if policy.conflicts and not dry_run:
@@ -132,45 +147,92 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     from backends.runtime.apply import apply_env
 
     env_warnings = () if dry_run else tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
+    notes = _select_devices(profile, dry_run) if multi_gpu else ()  # before CUDA too: the ranks inherit it
     versions = _gate(module)
     plan = _plan(profile, capability)
     if plan.blocking:
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
+    world = _visible_gpus() if multi_gpu else None
+    if multi_gpu and not dry_run:
+        _check_world(module, label, n, world)
     return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
-                    _shape(tuple(module_args)), env_warnings)
+                    _shape(tuple(module_args)), env_warnings, world_size=world, notes=notes)
 
 
-def _prepare_as_built(profile_path, module, module_args, capability) -> Prepared:
+def _visible_gpus() -> int:
+    """The CUDA devices this process sees: LTX-2's MGPUController spawns one rank per each."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _check_world(module: str, label: str, gpus: int, world: int | None) -> None:
+    if not world:
+        raise LaunchError(f"{module}: no CUDA GPU is visible here; LTX-2's multi-GPU modules spawn one rank per "
+                          "visible GPU (run it on the GPU machine)", code=EXIT_FAILED)
+    if world != gpus:
+        raise LaunchError(f"{label}: parallel.gpus = {gpus} but LTX-2's {module} would spawn {world} ranks (one per "
+                          f"visible GPU); set parallel.gpus = {world}, or make {gpus} GPU(s) visible "
+                          "(CUDA_VISIBLE_DEVICES, or parallel.devices in the profile)")
+
+
+def _select_devices(profile: Profile, dry_run: bool) -> tuple[str, ...]:
+    """`parallel.devices`: CUDA_VISIBLE_DEVICES for the run (ordinals as this process sees them, so
+    within an existing CUDA_VISIBLE_DEVICES), set before CUDA starts; LTX-2's ranks inherit it."""
+    import os
+
+    devices = profile.parallel.devices
+    if not devices:
+        return ()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [x.strip() for x in visible.split(",") if x.strip()] if visible is not None else None
+    if ids is not None and max(devices) >= len(ids):
+        raise LaunchError(f"parallel.devices = {list(devices)} but CUDA_VISIBLE_DEVICES={visible} makes "
+                          f"{len(ids)} visible; name ordinals 0..{len(ids) - 1}, or drop parallel.devices")
+    chosen = ",".join(ids[d] if ids is not None else str(d) for d in devices)
+    if not dry_run:
+        os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    return (f"parallel.devices = {list(devices)}: CUDA_VISIBLE_DEVICES={chosen} for LTX-2's ranks",)
+
+
+def _prepare_as_built(profile_path, module, module_args, capability, dry_run: bool = False) -> Prepared:
     import os
 
     if profile_path is not None:
         raise LaunchError("--as-built runs LTX-2 as its own flags say: it takes no --profile")
     _check_module(module)
+    multi_gpu = module in flagmod.MGPU_MODULES
+    world = versions = None
+    if multi_gpu:
+        versions = _gate(module)
+        world = _visible_gpus()
+        if not dry_run:
+            _check_world(module, "--as-built", world or 1, world)  # any number of ranks, but one at least
     try:
         profile = flagmod.equivalent_profile(module_args, "expandable_segments:True" in os.environ.get(
-            "PYTORCH_CUDA_ALLOC_CONF", ""))
+            "PYTORCH_CUDA_ALLOC_CONF", ""), multi_gpu=multi_gpu, world_size=world or 1)
     except flagmod.FlagConflict as e:
-        raise LaunchError(str(e)) from None
-    versions = _gate(module)
+        raise LaunchError(f"{module}'s arguments: {e}" if multi_gpu else str(e)) from None
+    versions = versions or _gate(module)
     policy = flagmod.FlagPolicy(tuple(module_args), dit_steps=(), decoder_steps=(),
                                 notes=("as built: LTX-2's own flags act; ltx-tui only measures",))
     return Prepared(module, tuple(module_args), "(none: LTX-2 as built, its own flags)",
                     profile, hashlib.sha256(dumps(profile).encode()).hexdigest(), policy, _plan(profile, capability),
-                    versions, _shape(tuple(module_args)), as_built=True)
+                    versions, _shape(tuple(module_args)), as_built=True, world_size=world)
 
 
 def _check_module(module: str) -> None:
     if not module.startswith("ltx_pipelines.") or not all(p.isidentifier() for p in module.split(".")):
         raise LaunchError(f"{module!r}: not an LTX-2 pipeline module; expected ltx_pipelines.<module>, e.g. "
                           "ltx_pipelines.distilled (usage: ltx-tui run --profile P.toml -- ltx_pipelines.distilled ARGS)")
-    if module.endswith(MGPU_SUFFIX):
-        raise LaunchError(f"{module}: `ltx-tui run` runs single-GPU pipeline modules only for now; for LTX-2's "
-                          "multi-GPU modules use `ltx-tui --check --ltx-args` and run them yourself")
+    if module.endswith(MGPU_SUFFIX) and module not in flagmod.MGPU_MODULES:
+        raise LaunchError(f"{module}: not one of LTX-2 v1.2.0's multi-GPU modules that `ltx-tui run` runs "
+                          f"({', '.join(flagmod.MGPU_MODULES)})")
 
 
 def _gate(module: str) -> dict[str, str | None]:
     try:
-        versions = gate.require()
+        versions = gate.require(multi_gpu=module in flagmod.MGPU_MODULES)
     except gate.GateError as e:
         raise LaunchError(str(e)) from None
     if importlib.util.find_spec(module) is None:
@@ -200,21 +262,51 @@ def describe(prep: Prepared) -> str:
     lines += ["", "LTX-2 flags on the command line:"]
     lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else
                                                            f": exit 2 (drop the flag or change {v.option})")
-              for v in prep.policy.verdicts] or ["  none of --quantization, --compile, --offload, "
-                                                  "--diffvae-optimization, --max-batch-size"]
+              for v in prep.policy.verdicts] or (["  neither --compile nor --diffvae-optimization"] if prep.multi_gpu
+                                                 else ["  none of --quantization, --compile, --offload, "
+                                                       "--diffvae-optimization, --max-batch-size"])
     steps = {s.kind: s for s in prep.plan.steps}
+    where = " in every rank" if prep.multi_gpu else ""
+    if prep.multi_gpu:
+        lines += ["", f"LTX-2's MGPUController spawns one rank per visible GPU ({_world_text(prep)}); each rank "
+                  "gets the plan through a subclass of the module's runner class that LTX-2 ships to it, and "
+                  "appends its own record to the ledger"]
     if prep.as_built:
         lines += ["", "ltx-tui applies nothing: LTX-2 builds every model as its own flags say (measured only)"]
     else:
-        lines += ["", "ltx-tui applies to each LTXModel LTX-2 builds:"]
+        lines += ["", f"ltx-tui applies to each LTXModel LTX-2 builds{where}:"]
         lines += [f"  {steps[k].text}" for k in prep.policy.dit_steps if k in steps] or ["  nothing"]
-        lines += ["ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds (LTX-2's own layout op removed):"]
+        if prep.multi_gpu:
+            lines += ["  (the attention inside LTX-2's sequence-parallel all2all wrappers, as their "
+                      "original_attention; the wrappers stay)"]
+            if barrier_timeout(prep) is not None:
+                lines += [f"  before the first step: the all2all barrier timeout raised to {barrier_timeout(prep):g} s "
+                          "(LTX-2's is 10 s; a rank still compiling reaches the barrier late), put back after the run"]
+        lines += [f"ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds{where} (LTX-2's own layout op removed):"]
         lines += [f"  {steps[k].text}" for k in prep.policy.decoder_steps if k in steps] or ["  nothing"]
     if prep.policy.ltx2_does:
-        lines += ["LTX-2 does, from the flags ltx-tui passes:"] + [f"  {t}" for t in prep.policy.ltx2_does]
-    lines += [f"note: {n}" for n in prep.policy.notes] + [f"warning: {w}" for w in prep.env_warnings]
+        lines += ["LTX-2 does itself:" if prep.multi_gpu else "LTX-2 does, from the flags ltx-tui passes:"]
+        lines += [f"  {t}" for t in prep.policy.ltx2_does]
+    lines += [f"note: {n}" for n in prep.policy.notes + prep.notes] + [f"warning: {w}" for w in prep.env_warnings]
     lines += ["", "LTX-2 command (what runs, in this process):", f"  {prep.command()}"]
     return "\n".join(lines) + "\n"
+
+
+def _world_text(prep: Prepared) -> str:
+    if not prep.world_size:
+        return "none visible here: it would fail"
+    if prep.as_built or prep.world_size == prep.profile.parallel.gpus:
+        return f"{prep.world_size} here"
+    return f"{prep.world_size} here, but the profile has parallel.gpus = {prep.profile.parallel.gpus}: the run exits 2"
+
+
+def barrier_timeout(prep: Prepared) -> float | None:
+    """The all2all barrier timeout each rank sets before its first step (None: left as LTX-2 has it):
+    when ltx-tui compiles the DiT of a multi-GPU run."""
+    from backends.launch.mgpu import BARRIER_TIMEOUT_S
+
+    compiles = "compile" in prep.policy.dit_steps and any(s.kind == "compile" for s in prep.plan.steps)
+    return BARRIER_TIMEOUT_S if prep.multi_gpu and not prep.as_built and compiles else None
 
 
 def full_size_params() -> dict[str, int]:
@@ -226,9 +318,10 @@ def full_size_params() -> dict[str, int]:
             "LatentUpsampler": upsampler_params(), "LTXGemmaTextEncoder": gemma_params()}
 
 
-def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | None, str | None]]:
+def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callable[..., tuple[float | None, str | None]]:
     """The memory plan's peak for a stage, when the models the run built are the sizes it counts
-    (plus the DiT's weights while the launcher keeps it on the device for a later stage)."""
+    (plus the DiT's weights while the launcher keeps it on the device for a later stage); for a
+    rank of a multi-GPU run, that rank's plan."""
     from backends.config.ltx2_shapes import RunShapes
     from backends.config.memory import GIB, Effective, dit_weight_bytes, plan_memory
 
@@ -239,6 +332,8 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
             return None, None
         name, model = PREDICTED[kind]
         sizes = [b.params for b in built if b.model == model and b.params]
+        if not sizes:  # e.g. the multi-GPU modules' Gemma, which LTX-2 loads through Accelerate, not its builders
+            return None, f"no prediction: no {model} was built through the LTX-2 builders ltx-tui wraps"
         off = [n for n in sizes if abs(n - full[model]) > SIZE_TOLERANCE * full[model]]
         if off:
             return None, (f"no prediction: {model} has {off[0]:,} parameters, the memory plan counts LTX-2's "
@@ -250,7 +345,13 @@ def _predictions(prep: Prepared, built: list) -> Callable[..., tuple[float | Non
             shapes = RunShapes(shape["width"], shape["height"], shape["frames"])
         except ValueError as e:
             return None, f"no prediction: {e}"
-        stage = next(s for s in plan_memory(prep.plan, shapes, None).stages if s.stage == name)
+        memory = plan_memory(prep.plan, shapes, None)
+        ranked = rank is not None and rank < len(memory.ranks)
+        stages = memory.ranks[rank].stages if ranked else memory.stages
+        stage = next((s for s in stages if s.stage == name), None)
+        if stage is None:
+            return None, f"no prediction: the memory plan has no {name} stage" + (f" for rank {rank}" if ranked else "")
+        name = f"{name} (rank {rank})" if ranked else name
         if with_kept_dit:
             return round((stage.peak_bytes + dit_weight_bytes(Effective.of(prep.plan))) / GIB, 3), f"{name} + the kept DiT's weights"
         return round(stage.peak_bytes / GIB, 3), name
@@ -293,16 +394,68 @@ class Outcome:
     record: RunRecord
     built: list = field(default_factory=list)
     log: str | None = None
+    rank_records: tuple[RunRecord, ...] = ()  # multi-GPU: each rank's record, already in the ledger
+    multi_gpu: bool = False
+    missing_ranks: tuple[int, ...] = ()  # multi-GPU: ranks that wrote no record
 
     @property
     def ran(self) -> bool:
         """Whether anything ran (`--help`, or an argument error, builds no model and runs no stage)."""
-        return bool(self.built or self.record.stages)
+        return bool(self.built or self.record.stages or self.rank_records)
+
+
+def settle(prep: Prepared, built: list, meter, status: str, code: int, error: str | None) -> tuple[str, int, str | None]:
+    """A run that finished but gave no LTXModel the plan is "not applied" (exit 1)."""
+    dits = [b for b in built if b.model == "LTXModel"]
+    if status == "ok" and not prep.as_built and (built or meter.stages) and not any(b.applied for b in dits):
+        return "not applied", EXIT_FAILED, ("profile not applied: no LTXModel was built through LTX-2's builders"
+                                            if not dits else "profile not applied to any LTXModel")
+    return status, code, error
+
+
+def make_record(prep: Prepared, *, run_id: str, started: datetime.datetime, wall_s: float, status: str, code: int,
+                error: str | None, argv, device, built: list, meter, rank: int | None = None,
+                plan_extra: dict | None = None) -> RunRecord:
+    """The ledger record of a run (of one rank of a multi-GPU run, with `rank`)."""
+    import torch
+
+    plan = {"as_built": prep.as_built,
+            "effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
+            "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)}
+    return RunRecord(
+        id=run_id, started=started.isoformat(timespec="seconds"), module=prep.module, status=status,
+        exit=code, wall_s=round(wall_s, 3), argv=tuple(argv), ltx_argv=prep.policy.ltx_argv,
+        error=error, versions=dict(prep.versions, **{"ltx-tui": TOOL_VERSION, "torch": torch.__version__}),
+        device=_device_info(device), shape=prep.shape,
+        profile={"path": prep.profile_path, "sha256": prep.profile_sha256,
+                 "values": {d.option: toml_value(d.requested) for d in prep.plan}},
+        plan=dict(plan, **(plan_extra or {})),
+        models=tuple(_model_record(b) for b in built),
+        stages=_stage_records(meter, _predictions(prep, built, rank)), rank=rank)
+
+
+def _module_outcome(run: Callable[[], None], module: str, log_error) -> tuple[str, int, str | None, str | None]:
+    """Run the module; (status, exit code, error, traceback log) of how it ended."""
+    try:
+        run()
+    except SystemExit as e:  # the module's own exit (argparse errors exit 2)
+        c = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if c != 0:
+            return "failed", c, f"{module} exited with {e.code}", None
+    except KeyboardInterrupt:
+        return "interrupted", 130, "interrupted", None
+    except Exception as e:
+        return "failed", EXIT_FAILED, f"{type(e).__name__}: {e}", (log_error() if log_error is not None
+                                                                    else traceback.format_exc())
+    return "ok", EXIT_OK, None, None
 
 
 def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built: None,
-           log_error: Callable[[], str] | None = None) -> Outcome:
-    """Run the module with the plan applied; never raises for the module's own failure."""
+           log_error: Callable[[], str] | None = None, ledger: str | Path | None = None) -> Outcome:
+    """Run the module with the plan applied; never raises for the module's own failure.
+    `ledger`: where the ranks of a multi-GPU run append their records (default: the user's)."""
+    if prep.multi_gpu:
+        return _launch_mgpu(prep, argv, log_error, ledger)
     import torch
 
     from backends.launch.hooks import Hooks
@@ -314,39 +467,65 @@ def launch(prep: Prepared, argv: list[str], *, on_built: Callable = lambda built
                   take_over=not prep.as_built, keep_dit=prep.module in KEEP_DIT_MODULES)
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
-    status, code, error, log = "ok", EXIT_OK, None, None
     saved_argv = sys.argv
     sys.argv = [prep.module, *prep.policy.ltx_argv]
-    try:
+
+    def run_module() -> None:
         with hooks.installed():
             runpy.run_module(prep.module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:  # the module's own exit (argparse errors exit 2)
-        c = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if c != 0:
-            status, code, error = "failed", c, f"{prep.module} exited with {e.code}"
-    except KeyboardInterrupt:
-        status, code, error = "interrupted", 130, "interrupted"
-    except Exception as e:
-        status, code, error = "failed", EXIT_FAILED, f"{type(e).__name__}: {e}"
-        log = log_error() if log_error is not None else traceback.format_exc()
+    try:
+        status, code, error, log = _module_outcome(run_module, prep.module, log_error)
     finally:
         sys.argv = saved_argv
         for s in list(meter.active):
             meter.pause(s)
-    dits = [b for b in hooks.built if b.model == "LTXModel"]
-    if status == "ok" and not prep.as_built and (hooks.built or meter.stages) and not any(b.applied for b in dits):
-        status, code = "not applied", EXIT_FAILED
-        error = ("profile not applied: no LTXModel was built through LTX-2's builders"
-                 if not dits else "profile not applied to any LTXModel")
-    record = RunRecord(
-        id=new_id(started), started=started.isoformat(timespec="seconds"), module=prep.module, status=status,
-        exit=code, wall_s=round(time.perf_counter() - t0, 3), argv=tuple(argv), ltx_argv=prep.policy.ltx_argv,
-        error=error, versions=dict(prep.versions, **{"ltx-tui": TOOL_VERSION, "torch": torch.__version__}),
-        device=_device_info(device), shape=prep.shape,
-        profile={"path": prep.profile_path, "sha256": prep.profile_sha256,
-                 "values": {d.option: toml_value(d.requested) for d in prep.plan}},
-        plan={"as_built": prep.as_built, "effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
-              "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)},
-        models=tuple(_model_record(b) for b in hooks.built),
-        stages=_stage_records(meter, _predictions(prep, hooks.built)))
+    status, code, error = settle(prep, hooks.built, meter, status, code, error)
+    record = make_record(prep, run_id=new_id(started), started=started, wall_s=time.perf_counter() - t0,
+                         status=status, code=code, error=error, argv=argv, device=device, built=hooks.built,
+                         meter=meter)
     return Outcome(code, record, hooks.built, log)
+
+
+def _launch_mgpu(prep: Prepared, argv: list[str], log_error, ledger) -> Outcome:
+    """A multi-GPU module: this process runs its __main__, which starts LTX-2's ranks; the plan and
+    the records are the ranks' (`backends.launch.mgpu`). The outcome is the module's, made worse by
+    any rank that failed, did not get the plan, or wrote no record."""
+    from backends.launch import mgpu
+    from backends.launch.meter import Meter
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t0 = time.perf_counter()
+    run_id = new_id(started)
+    spec = mgpu.RankSpec(prep, run_id, tuple(argv), None if ledger is None else str(Path(ledger).resolve()),
+                         barrier_timeout(prep))
+    saved_argv = sys.argv
+    sys.argv = [prep.module, *prep.policy.ltx_argv]
+
+    def run_module() -> None:
+        import warnings
+
+        with mgpu.controller_seam(spec), warnings.catch_warnings():
+            # the gate imported the module to read its runner's signatures; runpy warns that it now
+            # runs it again as __main__, which is what `python -m` does (the runner LTX-2 ships is
+            # __main__'s, as under `python -m`)
+            warnings.filterwarnings("ignore", "'ltx_pipelines.*' found in sys.modules", RuntimeWarning)
+            runpy.run_module(prep.module, run_name="__main__", alter_sys=True)
+    try:
+        status, code, error, log = _module_outcome(run_module, prep.module, log_error)
+    finally:
+        sys.argv = saved_argv
+    ranks = mgpu.rank_records(ledger, run_id)
+    world = max((r.plan.get("mgpu", {}).get("world_size", 0) for r in ranks), default=0)
+    missing = tuple(sorted(set(range(world)) - {r.rank for r in ranks}))
+    if status == "ok":
+        bad = [r for r in ranks if r.status != "ok"]
+        if bad:
+            status, code = bad[0].status, max(r.exit for r in bad)
+            error = "; ".join(f"rank {r.rank}: {r.status}" + (f" ({r.error})" if r.error else "") for r in bad)
+        elif missing:
+            status, code, error = "failed", EXIT_FAILED, f"rank(s) {', '.join(map(str, missing))} wrote no record"
+    import torch
+
+    record = make_record(prep, run_id=run_id, started=started, wall_s=time.perf_counter() - t0, status=status,
+                         code=code, error=error, argv=argv, device=torch.device("cpu"), built=[], meter=Meter(None))
+    return Outcome(code, record, [], log, rank_records=tuple(ranks), multi_gpu=True, missing_ranks=missing)
