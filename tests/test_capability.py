@@ -352,21 +352,24 @@ def test_malformed_peer_access_names_its_json_path(tmp_path, edit, match):
 
 
 def fatbin(entries, junk=b"\x7fELF" + b"\0" * 60):
-    """A shared library's bytes holding one CUDA fat binary container with `entries` ((kind, sm, payload))."""
+    """A shared library's bytes holding one CUDA fat binary container with `entries` ((kind, sm, payload)
+    or (kind, sm, payload, flags)), their headers as an H200's torch 2.11 wrote them (0x11: plain
+    code, 0x100011: architecture-specific, sm_90a)."""
     import struct
 
     body = b""
-    for kind, sm, payload in entries:
-        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), 0, 0, 0, 8, sm, 0, 0, 0, 0, 0)
+    for kind, sm, payload, *flags in entries:
+        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), 0, 0, 0, 8, sm, 0, 0,
+                             flags[0] if flags else 0x11, 0, 0)
         body += header + payload
     return junk + struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body + b"\0" * 16
 
 
 def test_cuda_binary_archs_reads_the_fat_binary_headers(tmp_path):
     so = tmp_path / "all2all_cpp.so"
-    so.write_bytes(fatbin([(2, 90, b"\x01" * 100), (1, 90, b"// ptx" * 7), (2, 100, b"\x02" * 33)]))
+    so.write_bytes(fatbin([(2, 90, b"\x01" * 100), (1, 90, b"// ptx" * 7, 0x8011), (2, 100, b"\x02" * 33, 0x1108011)]))
     archs, how = capmod.cuda_binary_archs(str(so))
-    assert archs == ("compute_90", "sm_100", "sm_90") and "read from the CUDA fat binaries" in how
+    assert archs == ("compute_90", "sm_100a", "sm_90") and "read from the CUDA fat binaries" in how
     so.write_bytes(b"\x7fELF" + b"\0" * 100)
     assert capmod.cuda_binary_archs(str(so)) == (None, f"no CUDA fat binary in it ({so})")
     assert "cannot read" in capmod.cuda_binary_archs(str(tmp_path / "nope.so"))[1]
@@ -376,6 +379,8 @@ def test_cuda_binary_archs_reads_the_fat_binary_headers(tmp_path):
     (["sm_90"], (9, 0), True), (["sm_90"], (10, 0), False), (["sm_90", "compute_90"], (10, 0), True),
     (["sm_80"], (8, 6), True), (["sm_86"], (8, 0), False), (["compute_100"], (9, 0), False),
     (["sm_90a"], (9, 0), True), (["sm_100"], (10, 0), True), (["sm_120"], (10, 0), False),
+    (["sm_100a"], (10, 3), False), (["sm_100"], (10, 3), True), (["compute_90a"], (10, 0), False),
+    (["sm_100f"], (10, 3), True),
 ])
 def test_arch_runs_on(archs, cc, runs):
     assert capmod.arch_runs_on(archs, cc) is runs

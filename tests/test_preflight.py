@@ -192,4 +192,4 @@ def test_the_multi_gpu_presets_are_listed_and_valid(capsys):
         assert n in (2, 4, 8) and cap.peer_access.matrix == tuple((True,) * n for _ in range(n))
         lk = cap.package("ltx_kernels").details
         sm = "".join(map(str, cap.gpus[0].compute_capability))
-        assert lk["all2all"] is True and lk["all2all_archs"] == [f"sm_{sm}", f"compute_{sm}"]
+        assert lk["all2all"] is True and lk["all2all_archs"] == [f"sm_{sm}"]

@@ -248,6 +248,7 @@ def probe_package(name: str, module: str, dist: str, *, cuda: bool) -> Package:
 # ltx-kernels' all2all: importable, and for which GPU architectures its extension was built
 
 _FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")  # CUDA fat binary container header
+_ARCH_SPECIFIC = 0x100000  # an entry's flag: code for exactly that SM (sm_90a)
 _MAX_BINARY = 512 * 1024 * 1024  # an extension's shared library; all2all_cpp is a few MiB
 
 
@@ -260,7 +261,10 @@ def cuda_binary_archs(path: str) -> tuple[tuple[str, ...] | None, str]:
     open-source fat binary readers): a 16-byte header (magic 0xBA55ED50, u16 version, u16 header
     size, u64 size of the entries that follow), then entries, each with a header of u16 kind (1 PTX,
     2 ELF machine code), u16, u32 header size, u64 payload size, u32 compressed size, u32, u16 minor,
-    u16 major, u32 SM number (90 for SM 9.0), ...; the payload follows the entry header.
+    u16 major, u32 SM number (90 for SM 9.0), u32, u32, u64 flags, ...; the payload follows the
+    entry header. Flag 0x100000 marks architecture-specific code (sm_90a, sm_100a: that SM only);
+    on an H200 it was set exactly on the entries cuobjdump --list-elf names `sm_XYa`, in
+    ltx-kernels' all2all built by torch.utils.cpp_extension (sm_90a) and in torch's own libtorch_cuda.
     """
     try:
         with open(path, "rb") as f:
@@ -269,7 +273,7 @@ def cuda_binary_archs(path: str) -> tuple[tuple[str, ...] | None, str]:
         return None, f"cannot read {path}: {e.strerror or e}"
     if len(blob) > _MAX_BINARY:
         return None, f"{path} is larger than {_MAX_BINARY >> 20} MiB; not read"
-    found: set[tuple[int, int]] = set()
+    found: set[tuple[int, str]] = set()
     at = blob.find(_FATBIN_MAGIC)
     containers = 0
     while at >= 0:
@@ -279,14 +283,15 @@ def cuda_binary_archs(path: str) -> tuple[tuple[str, ...] | None, str]:
             entry, end = at + header_size, min(at + header_size + total, len(blob))
             if header_size >= 16 and total > 0:
                 containers += 1
-                while entry + 32 <= end:
+                while entry + 48 <= end:
                     kind = int.from_bytes(blob[entry:entry + 2], "little")
                     entry_header = int.from_bytes(blob[entry + 4:entry + 8], "little")
                     payload = int.from_bytes(blob[entry + 8:entry + 16], "little")
                     arch = int.from_bytes(blob[entry + 28:entry + 32], "little")
+                    flags = int.from_bytes(blob[entry + 40:entry + 48], "little")
                     if kind in (1, 2) and 0 < arch < 1000:
-                        found.add((kind, arch))
-                    if entry_header < 32:
+                        found.add((kind, f"{arch}{'a' if flags & _ARCH_SPECIFIC else ''}"))
+                    if entry_header < 48:
                         break
                     entry += entry_header + payload
         at = blob.find(_FATBIN_MAGIC, at + 4)
@@ -300,16 +305,22 @@ def cuda_binary_archs(path: str) -> tuple[tuple[str, ...] | None, str]:
 def arch_runs_on(archs: tuple[str, ...] | list[str], cc: tuple[int, int]) -> bool:
     """Whether GPU code for `archs` (cuda_binary_archs' names) runs on a GPU of compute capability
     `cc`: machine code sm_XY runs on SM X.Z for Z >= Y (same major); PTX compute_XY is compiled by
-    the driver for any SM >= X.Y."""
+    the driver for any SM >= X.Y; architecture-specific code (sm_XYa, compute_XYa) runs on SM X.Y
+    only, family code (sm_XYf) on SM X.Z for Z >= Y."""
     for name in archs:
         kind, _, number = name.partition("_")
-        digits = number.rstrip("af")
+        suffix = number[-1] if number[-1:] in ("a", "f") else ""
+        digits = number[:len(number) - len(suffix)]
         if not digits.isdigit():
             continue
         major, minor = int(digits) // 10, int(digits) % 10
-        if kind == "sm" and major == cc[0] and minor <= cc[1]:
-            return True
-        if kind == "compute" and (major, minor) <= tuple(cc):
+        if suffix == "a":
+            if (major, minor) == tuple(cc):
+                return True
+        elif kind == "sm" or suffix == "f":
+            if major == cc[0] and minor <= cc[1]:
+                return True
+        elif kind == "compute" and (major, minor) <= tuple(cc):
             return True
     return False
 

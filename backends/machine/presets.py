@@ -90,7 +90,7 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
             built = "all2all" in spec.ltx_kernels_parts
             sm = f"{spec.cc[0]}{spec.cc[1]}" if spec.cc else None
             details |= {"all2all_path": None,
-                        "all2all_archs": [f"sm_{sm}", f"compute_{sm}"] if built and sm else None,
+                        "all2all_archs": [f"sm_{sm}"] if built and sm else None,
                         "all2all_note": f"preset: built for SM {spec.cc[0]}.{spec.cc[1]}" if built and sm
                         else "preset: not built"}
         packages[name] = Package(name, module, True, "preset", details=details)
