@@ -99,3 +99,9 @@ def test_every_rule_a_value_needs_is_listed_by_its_option():
     for key, values in VALUES.items():
         missing = {r for about in values.values() for r in about.needs} - set(OPTIONS_BY_KEY[key].rules)
         assert not missing, (key, missing)
+
+
+def test_every_rule_is_listed_by_some_option():
+    """--explain lists each option's rules from its spec: a rule no option lists would never be shown."""
+    listed = {r for o in OPTIONS for r in o.rules}
+    assert set(RULES) - listed == set()

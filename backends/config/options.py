@@ -395,6 +395,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",
                runtime=_PIPELINE),
     OptionSpec("compile.enabled", Kind.BOOL, "torch.compile the transformer blocks.", runtime=_COMPILE,
+               rules=("parallel.compile-barrier",),
                flag="--compile [KEY=VALUE ...] (omitted when disabled)"),
     _choice("compile.mode", CompileMode, "torch.compile mode; reduce-overhead and max-autotune use CUDA graphs.",
             rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
@@ -422,7 +423,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                maximum=64, runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
     OptionSpec("parallel.gpus", Kind.INT, f"GPUs for sequence parallelism (1 to {MAX_GPUS}, the most a capability "
                "describes).", minimum=1, maximum=MAX_GPUS,
-               rules=("parallel.gpu-count", "parallel.heads", "parallel.linux", "parallel.nccl", "parallel.all2all"),
+               rules=("parallel.gpu-count", "parallel.heads", "parallel.max-peers", "parallel.linux", "parallel.nccl",
+                      "parallel.all2all", "parallel.all2all-arch", "parallel.all2all-unverified", "parallel.peer-access",
+                      "parallel.peer-access-unverified", "parallel.sp-tokens"),
                runtime=_PIPELINE, flag="python -m ltx_pipelines.<module>_mgpu (with CUDA_VISIBLE_DEVICES)"),
     OptionSpec("parallel.devices", Kind.DEVICES, "CUDA ordinals to use (default: the first `gpus`).", optional=True,
                rules=("parallel.devices",), runtime=_PIPELINE, flag="CUDA_VISIBLE_DEVICES"),

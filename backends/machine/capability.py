@@ -185,7 +185,7 @@ PACKAGE_MODULES: tuple[tuple[str, str, str], ...] = (
     ("spas_sage_attn", "spas_sage_attn", "spas-sage-attn"),
 )
 # ltx_kernels' optional builds, probed as submodules (all2all: its compiled extension, below).
-LTX_KERNELS_PARTS = ("nvfp4", "vae", "all2all", "fp8_blockwise")
+LTX_KERNELS_PARTS = ("nvfp4", "vae", "all2all", "blockwise")
 # ltx-kernels v1.2.0 builds its all2all as a top-level CUDA extension named `all2all_cpp` (setup.py's
 # CUDAExtension, sources csrc/all2all/*), which `ltx_kernels.all_to_all` imports its All2All from;
 # `ltx_kernels/__init__.py` imports that module, so without the extension ltx_kernels itself does not import.

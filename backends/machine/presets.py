@@ -54,16 +54,16 @@ _GPU_COMMON = ("natten", "triton")
 PRESETS: dict[str, PresetSpec] = {
     "a100": PresetSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80, _GPU_COMMON, peer_access=True),
     "h100": PresetSpec("NVIDIA H100 80GB HBM3", (9, 0), 80,
-                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise"), peer_access=True),
+                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "blockwise"), peer_access=True),
     "h200": PresetSpec("NVIDIA H200", (9, 0), 141,
-                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "fp8_blockwise"), peer_access=True),
+                       _GPU_COMMON + ("flash_attn_3", "ltx_kernels"), ("all2all", "blockwise"), peer_access=True),
     "l40s": PresetSpec("NVIDIA L40S", (8, 9), 48, _GPU_COMMON),
     "rtx4090": PresetSpec("NVIDIA GeForce RTX 4090", (8, 9), 24, _GPU_COMMON),
     "rtx5090": PresetSpec("NVIDIA GeForce RTX 5090", (12, 0), 32,
-                          _GPU_COMMON + ("ltx_kernels",), ("nvfp4", "fp8_blockwise")),
+                          _GPU_COMMON + ("ltx_kernels",), ("nvfp4", "blockwise")),
     "b200": PresetSpec("NVIDIA B200", (10, 0), 180,
                        _GPU_COMMON + ("flash_attn_4", "ltx_kernels", "cutlass_dsl"),
-                       ("nvfp4", "vae", "all2all", "fp8_blockwise"), peer_access=True),
+                       ("nvfp4", "vae", "all2all", "blockwise"), peer_access=True),
     "cpu": PresetSpec(None, None, 0, ("natten", "triton"), has_libnatten=False),
 }
 # The multi-GPU boxes LTX-2's sequence parallelism runs on (2, 4 or 8 GPUs: see the rules'
@@ -86,7 +86,7 @@ def build_preset(preset_id: str, count: int = 1) -> Capability:
         if name == "natten":
             details["has_libnatten"] = spec.has_libnatten
         if name == "ltx_kernels":
-            details = {p: p in spec.ltx_kernels_parts for p in ("nvfp4", "vae", "all2all", "fp8_blockwise")}
+            details = {p: p in spec.ltx_kernels_parts for p in ("nvfp4", "vae", "all2all", "blockwise")}
             built = "all2all" in spec.ltx_kernels_parts
             sm = f"{spec.cc[0]}{spec.cc[1]}" if spec.cc else None
             details |= {"all2all_path": None,
