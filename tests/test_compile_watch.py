@@ -65,6 +65,7 @@ def test_eager_fallback_fails_the_report_reader_and_the_tune(where, monkeypatch)
             _all_compiled(report)
 
 
+@pytest.mark.slow  # the smoke worker's LTX-2 probe model: ~7 s on two cores
 def test_eager_fallback_fails_the_smoke_check(monkeypatch):
     from dataclasses import asdict
 
