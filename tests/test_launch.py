@@ -192,7 +192,8 @@ def test_run_needs_a_module(capsys):
 @pytest.mark.parametrize("module, words", [
     ("os", "not an LTX-2 pipeline module"),
     ("ltx_pipelines.keyframe_interpolation_mgpu", "not one of LTX-2 v1.2.0's multi-GPU modules"),
-    ("ltx_pipelines.distilled_mgpu", 'would silently not do:\ntransformer.quantization = none'),
+    ("ltx_pipelines.distilled_mgpu", "would silently not do:\n--quantization: every worker builds the DiT with "
+                                     "fp8-cast, so transformer.quantization = none would silently run fp8-cast"),
 ])
 def test_run_refuses_other_modules_before_anything_loads(module, words, capsys):
     assert main(["run", "--", module, "--prompt", "x"]) == 2

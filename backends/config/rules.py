@@ -380,9 +380,10 @@ def _all2all_message(f: Facts) -> str:
             or "ltx_kernels has no all2all build"))
 
 
-def _mgpu_dropped(f: Facts, option: str | None = None) -> str:
-    """What LTX-2's *_mgpu command lines would run instead of the profile (`option`: only about it)."""
-    q, o = f.profile.transformer.quantization, f.profile.offload.mode
+def mgpu_drops(profile: Profile, option: str | None = None) -> list[str]:
+    """What LTX-2's *_mgpu command lines would silently run instead of `profile` (`option`: only
+    about it): the plan's rule and `ltx-tui run` on a *_mgpu module say it in these words."""
+    q, o = profile.transformer.quantization, profile.offload.mode
     said = []
     if q is not Quantization.FP8_CAST and option in (None, "transformer.quantization"):
         said.append(f"--quantization: every worker builds the DiT with fp8-cast, so transformer.quantization = {q} "
@@ -390,7 +391,11 @@ def _mgpu_dropped(f: Facts, option: str | None = None) -> str:
     if o is not OffloadMode.NONE and option in (None, "offload.mode"):
         said.append(f"--offload: every rank keeps all 48 DiT blocks resident, so offload.mode = {o} would silently "
                     "stream nothing")
-    return "LTX-2's multi-GPU command lines (*_mgpu) drop " + "; and ".join(said)
+    return said
+
+
+def _mgpu_dropped(f: Facts, option: str | None = None) -> str:
+    return "LTX-2's multi-GPU command lines (*_mgpu) drop " + "; and ".join(mgpu_drops(f.profile, option))
 
 
 CUDA_GRAPH_MODES = tuple(m for m in CompileMode if value("compile.mode", m).cuda_graphs)

@@ -34,13 +34,14 @@ import argparse
 from dataclasses import dataclass, field
 
 from backends.config.options import Compile, OffloadMode, Profile, Quantization
+from backends.config.rules import OFFLOAD_QUANTIZATIONS
 from backends.config.values import LOADER, value
 
 FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
 # LTX-2's --compile keys that the profile has no option for.
 COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
 COMPILE_KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")
-STREAMABLE = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
+STREAMABLE = OFFLOAD_QUANTIZATIONS  # what LTX-2's block streaming loads
 MGPU_MODULES = ("ltx_pipelines.distilled_mgpu", "ltx_pipelines.ti2vid_two_stages_mgpu",
                 "ltx_pipelines.ti2vid_two_stages_hq_mgpu")
 # What LTX-2 v1.2.0's multi-GPU modules do with the flags they parse but never pass to their
@@ -184,15 +185,17 @@ class ProfileConflict(FlagConflict):
 
 def mgpu_refusals(profile: Profile) -> list[str]:
     """What a profile asks of LTX-2's multi-GPU modules that they would silently not do."""
-    out = []
-    q, o = profile.transformer.quantization, profile.offload.mode
-    if q is not Quantization.FP8_CAST:
-        out.append(f"transformer.quantization = {q}: LTX-2's multi-GPU ranks build the DiT fp8-cast whatever is asked "
-                   "(their command line has no quantization); set transformer.quantization = \"fp8-cast\"")
-    if o is not OffloadMode.NONE:
-        out.append(f"offload.mode = {o}: LTX-2's multi-GPU ranks never stream (each holds the whole DiT on its GPU); "
-                   "set offload.mode = \"none\"")
-    return out
+    from backends.config.rules import RULES, mgpu_drops
+
+    fix = RULES["parallel.ignores-quant-offload"].remedy
+    return [f"{drop} (fix: {fix})" for drop in mgpu_drops(profile)]
+
+
+def _refuse_abbreviations(args: list[str]) -> None:
+    short = abbreviations(args)
+    if short:
+        raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
+                           "spell the flag out (the profile decides its value)")
 
 
 def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bool = False) -> FlagPolicy:
@@ -201,10 +204,7 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
     args = list(args)
     if multi_gpu:
         return _mgpu_policy(args, profile)
-    short = abbreviations(args)
-    if short:
-        raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
-                           "spell the flag out (the profile decides its value)")
+    _refuse_abbreviations(args)
     ns, rest = _parser().parse_known_args(args)
     verdicts: list[Verdict] = []
 
@@ -275,10 +275,7 @@ def _mgpu_policy(args: list[str], profile: Profile) -> FlagPolicy:
     refusals = mgpu_refusals(profile)
     if refusals:
         raise ProfileConflict("\n".join(refusals))
-    short = abbreviations(args)
-    if short:
-        raise FlagConflict(f"{', '.join(short)}: an abbreviation of {', '.join(f for f in FLAGS if any(f.startswith(s.split('=')[0]) for s in short))}; "
-                           "spell the flag out (the profile decides its value)")
+    _refuse_abbreviations(args)
     ns, rest = _parser().parse_known_args(args)
     verdicts: list[Verdict] = []
     if ns.compile is not None:
