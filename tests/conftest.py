@@ -13,12 +13,19 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+# torch.compile's caches: one directory for every test and run of the suite (the runtime would
+# point them into each test's own cache directory and compile everything again).
+COMPILE_CACHES = pathlib.Path(os.environ.get("LTX_TUI_TEST_COMPILE_CACHE", "/tmp/ltx-tui-test-compile-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _own_cache_dir(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's tune cache (`auto` would follow its measurements) or
-    run ledger."""
+    run ledger; torch.compile's caches are the suite's."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHES / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(COMPILE_CACHES / "triton"))
 
 
 @pytest.fixture(scope="module")

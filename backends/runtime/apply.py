@@ -34,6 +34,7 @@ from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
+from backends.runtime.compile_cache import use_compile_caches
 from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
@@ -100,9 +101,11 @@ class ApplyReport:
 
 
 def apply_env(profile: Profile, environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """Set the allocator environment for `profile`; returns warnings (CUDA initialised before the
+    """Set the allocator environment for `profile` and keep torch.compile's caches in ltx-tui's
+    cache directory (`runtime.compile_cache`); returns warnings (CUDA initialised before the
     setting changed). Calling it again is harmless."""
     environ = os.environ if environ is None else environ
+    use_compile_caches(environ)
     if not profile.memory.expandable_segments:
         return []
     current = environ.get(ALLOC_CONF, "")
@@ -388,6 +391,7 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
     """
     device = torch.device(device) if device is not None else _model_device(model)
     _check_device(device)
+    use_compile_caches()  # before anything compiles: a later process compiles from the cache
     if isinstance(profile, Plan):
         plan = profile
     else:  # `auto` follows what `ltx-tui --tune` measured on this machine, as in --check

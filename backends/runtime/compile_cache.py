@@ -1,0 +1,54 @@
+"""torch.compile's caches in ltx-tui's cache directory, so a later process compiles from them.
+
+Inductor (its FX-graph and autotuning caches, `TORCHINDUCTOR_CACHE_DIR`) and Triton (compiled
+kernels, `TRITON_CACHE_DIR`) default to per-user temporary directories that a reboot or a fresh
+container loses, and then every process pays the whole compile again (12-20 s for a first
+chunked_compile decode on the H200). `use_compile_caches()` points both into
+`<user cache>/ltx-tui/compile/<key>/` before anything compiles, keyed, like the tune cache, by
+what decides the compiled code (torch, triton and Python versions; the caches key each entry by
+graph, device and compiler themselves). A directory already set in the environment is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import MutableMapping
+
+ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+KEY_DISTS = ("torch", "triton")
+
+
+def cache_key() -> str:
+    """'torch-2.11.0-triton-3.6.0-py3.12-<hash>': the versions that decide what compiles."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist in KEY_DISTS:
+        try:
+            parts.append(f"{dist}-{version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist}-none")
+    text = "-".join(parts) + f"-py{sys.version_info[0]}.{sys.version_info[1]}"
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in text)[:120] + "-" + \
+        hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def compile_cache_root() -> Path:
+    import platformdirs
+
+    return platformdirs.user_cache_path("ltx-tui") / "compile" / cache_key()
+
+
+def use_compile_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Point Inductor's and Triton's caches into ltx-tui's cache directory where the environment
+    does not already name one; returns the directories in use. Harmless to call again."""
+    environ = os.environ if environ is None else environ
+    root = None
+    for var, sub in ENV.items():
+        if not environ.get(var):
+            root = root or compile_cache_root()
+            environ[var] = str(root / sub)
+    return {var: environ[var] for var in ENV}

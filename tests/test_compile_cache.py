@@ -1,0 +1,32 @@
+"""torch.compile's caches go to ltx-tui's cache directory, keyed by the versions that decide the
+compiled code, unless the environment already names them."""
+
+from backends.runtime.compile_cache import ENV, cache_key, use_compile_caches
+
+
+def test_caches_go_under_ltx_tuis_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = {}
+    used = use_compile_caches(env)
+    root = tmp_path / "ltx-tui" / "compile" / cache_key()
+    assert used == env == {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
+    assert cache_key().startswith("torch-") and "triton-" in cache_key()
+    assert use_compile_caches(env) == used  # again: unchanged
+
+
+def test_a_directory_the_user_set_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = {"TRITON_CACHE_DIR": "/mine/triton"}
+    used = use_compile_caches(env)
+    assert used["TRITON_CACHE_DIR"] == "/mine/triton" and str(tmp_path) in used["TORCHINDUCTOR_CACHE_DIR"]
+    assert set(used) == set(ENV)
+
+
+def test_apply_env_sets_them_before_anything_compiles(tmp_path, monkeypatch):
+    from backends.config.options import Profile
+    from backends.runtime.apply import apply_env
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = {}
+    apply_env(Profile().replace(**{"memory.expandable_segments": False}), env)
+    assert set(env) == set(ENV) and all(str(tmp_path) in v for v in env.values())
