@@ -515,6 +515,36 @@ def test_dry_run_of_a_multi_gpu_module_says_what_every_rank_gets(ltx2_pipelines,
     assert "would spawn 2 ranks (one per visible GPU); set parallel.gpus = 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("gpus, capability, words", [
+    (3, "h200x4", "3 GPUs do not divide them"),
+    (2, "without-all2all", "all2all"),
+])
+def test_the_launcher_refuses_what_the_multi_gpu_preflight_refuses(gpus, capability, words, tmp_path, monkeypatch):
+    """ltx-tui run on a *_mgpu module decides the whole machine's plan as --check does (it used to plan
+    one device, whose gpu-count error a pipeline option never blocks: every parallel.* rule was skipped)."""
+    import dataclasses
+
+    from backends.launch import run as launcher
+    from backends.machine.presets import preset
+
+    cap = preset("h200x4")
+    if capability == "without-all2all":
+        packages = dict(cap.packages)
+        packages["ltx_kernels"] = dataclasses.replace(cap.package("ltx_kernels"), available=False, reason="not installed")
+        cap = dataclasses.replace(cap, packages=packages)
+    monkeypatch.setattr(launcher, "_gate", lambda module: {"ltx-core": "1.2.0", "ltx-pipelines": "1.2.0"})
+    monkeypatch.setattr(launcher, "_visible_gpus", lambda: gpus)
+    prof = FP8.replace(**{"parallel.gpus": gpus})
+    path = tmp_path / "p.toml"
+    from backends.config.profile import save
+
+    save(prof, path)
+    with pytest.raises(launcher.LaunchError, match=words) as e:
+        launcher.prepare(str(path), "ltx_pipelines.distilled_mgpu", ["--width", "768", "--height", "512",
+                                                                     "--num-frames", "121"], capability=cap)
+    assert e.value.code == 1 and "multi-GPU preflight" in str(e.value)
+
+
 def _fake_fleet(monkeypatch, ranks: list[tuple[int, str]], world: int):
     """LTX-2's controller with a stand-in fleet: start() appends the records the given ranks would
     (each with the run id and ledger ltx-tui shipped with the runner class); the job does nothing."""
@@ -551,7 +581,7 @@ def test_the_run_is_what_its_ranks_recorded(ltx2_pipelines, tiny, tmp_path, monk
     from backends.config.plan import resolve
     from backends.machine.presets import preset
 
-    monkeypatch.setattr(launcher, "_plan", lambda profile, capability: resolve(profile, preset("h200x2")))
+    monkeypatch.setattr(launcher, "_plan", lambda profile, capability, run_shape=None: resolve(profile, preset("h200x2")))
     ledger = tmp_path / "runs.jsonl"
     assert main(["run", "--profile", str(prof), "--ledger", str(ledger), "--", "ltx_pipelines.distilled_mgpu",
                  *_mgpu_args(tiny, tmp_path)]) == code

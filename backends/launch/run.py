@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends.config.options import Profile, toml_value
+from backends.config.rules import Status
 from backends.config.plan import Plan
 from backends.config.profile import MAX_BYTES, ProfileError, dumps, read
 from backends.launch import flags as flagmod
@@ -149,14 +150,20 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     env_warnings = () if dry_run else tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
     notes = _select_devices(profile, dry_run) if multi_gpu else ()  # before CUDA too: the ranks inherit it
     versions = _gate(module)
-    plan = _plan(profile, capability)
+    shape = _shape(tuple(module_args))
+    plan = _plan(profile, capability, shape if multi_gpu else None)
     if plan.blocking:
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
+    preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
+    if multi_gpu and n > 1 and preflight:  # one rank: _check_world says whether a GPU is there
+        raise LaunchError("the multi-GPU preflight refuses this run:\n" + "\n".join(
+            f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in preflight),
+            code=EXIT_FAILED)
     world = _visible_gpus() if multi_gpu else None
     if multi_gpu and not dry_run:
         _check_world(module, label, n, world)
     return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
-                    _shape(tuple(module_args)), env_warnings, world_size=world, notes=notes)
+                    shape, env_warnings, world_size=world, notes=notes)
 
 
 def _visible_gpus() -> int:
@@ -240,15 +247,28 @@ def _gate(module: str) -> dict[str, str | None]:
     return versions
 
 
-def _plan(profile: Profile, capability) -> Plan:
-    """The plan for the device LTX-2 will run on, `auto` following this machine's tune cache."""
+def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None) -> Plan:
+    """The plan for the device LTX-2 will run on, `auto` following this machine's tune cache; for
+    a multi-GPU module (`run_shape` given) the whole machine's, its preflight (world size, all2all,
+    peer access, the token cap of the run's shape) decided as `--check` decides it. The GPUs are
+    those `parallel.devices` left visible (CUDA_VISIBLE_DEVICES is set by then), numbered from 0."""
     import torch
 
+    from backends.config.ltx2_shapes import RunShapes
     from backends.config.plan import plan_here
+    from backends.config.rules import for_run
     from backends.machine.capability import probe
 
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return plan_here(profile, capability or probe(), device)
+    cap = capability or probe()
+    if run_shape is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        return plan_here(profile, cap, device)
+    visible = profile.replace(**{"parallel.devices": None}) if profile.parallel.devices else profile
+    try:
+        run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"])
+    except (KeyError, ValueError):
+        run = None  # the token cap is then "not checked" in the plan
+    return for_run(plan_here(visible, cap), run)
 
 
 def describe(prep: Prepared) -> str:
