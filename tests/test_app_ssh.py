@@ -66,6 +66,25 @@ async def test_palette_sets_an_option_and_the_validation_follows():
         assert next(d for d in app.decisions if d.option == "compile.mode").effective == "default"
 
 
+async def test_palette_shows_a_bracketed_reason_literally():
+    """A reason from an import error or a capability file reaches the palette's help: `[/opt/...` made
+    Textual's markup raise (the app ended) and `[B]` vanished, though escaped with textual's escape."""
+    from backends.machine.capability import Package
+
+    cap = preset("h100")
+    packages = dict(cap.packages)
+    packages["flash_attn_3"] = Package("flash_attn_3", "flash_attn_interface", False,
+                                       reason="import failed (see [/opt/fa3/log) [B]")
+    app = make_app(replace(cap, packages=packages))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await palette(pilot, "set transformer.attention = flash_attention_3")
+        from textual.command import CommandList
+
+        hit = app.screen.query_one(CommandList).get_option_at_index(0)
+        assert "import failed (see [/opt/fa3/log) [B]" in str(hit.prompt)
+
+
 async def test_palette_explains_an_option_literally():
     from backends.config.plan import explain, resolve
 

@@ -9,13 +9,18 @@ from functools import partial
 from typing import Any, Callable, Iterator
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
-from textual.markup import escape
 
 from backends.config.options import OPTIONS, Kind
 from backends.config.options import show_value
 from ltx_tui.widgets.options_list import MARK, choice_values, typed_choice
 
 Command = tuple[str, Callable[[], Any], str]  # what the palette lists, what it runs, its help line
+
+
+def literal(text: str) -> str:
+    """`text` as the palette's help markup shows it literally: every `[` escaped (Textual's own
+    `escape` leaves `[/opt/x` and `[B]` to its markup parser, which raises or drops them)."""
+    return text.replace("[", "\\[")
 
 
 class LtxCommands(Provider):
@@ -50,10 +55,10 @@ class LtxCommands(Provider):
         """With nothing typed: the actions and the tabs (type 'set' or 'explain' for the options)."""
         for name, run, help in self.commands:
             if not name.startswith(("set ", "explain ")):
-                yield DiscoveryHit(name, run, help=escape(help))
+                yield DiscoveryHit(name, run, help=literal(help))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for name, run, help in self.commands:  # names are keys and values of the vocabulary: no markup in them
             if (score := matcher.match(name)) > 0:
-                yield Hit(score, matcher.highlight(name), run, text=name, help=escape(help))
+                yield Hit(score, matcher.highlight(name), run, text=name, help=literal(help))
