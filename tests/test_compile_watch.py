@@ -40,6 +40,26 @@ def test_graph_breaks_are_counted():
     assert health.graph_breaks >= 1 and health.compiled and "graph break" in str(health)
 
 
+def test_a_frame_dynamo_skips_whole_is_not_compiled():
+    """A graph break Dynamo cannot resume from (here inside try/finally) skips the whole frame: no
+    warning, no graph-break count; only the graphs compiled (none) tell."""
+    torch._dynamo.reset()
+    watch = CompileWatch()
+
+    def f(x):
+        try:
+            x = x + 1
+            torch._dynamo.graph_break()
+        finally:
+            pass
+        return x * 2
+
+    torch.compile(f, backend="eager")(torch.ones(2))
+    health = watch.health()
+    assert health.graphs == 0 and health.eager == 0 and not health.compiled
+    assert str(health).startswith("0 graph(s) compiled")
+
+
 @pytest.mark.parametrize("where", ["report", "tune"])
 def test_eager_fallback_fails_the_report_reader_and_the_tune(where, monkeypatch):
     from backends.config.options import Profile

@@ -122,7 +122,7 @@ def record(id_: str, module="ltx_pipelines.distilled", seconds=(1.0, 4.0, 2.0), 
               StageRecord("video decode", "video_decode", seconds[2], peak_allocated_gib=4.3))
     return RunRecord(id_, "2026-11-30T22:00:00+00:00", module, status, 0, sum(seconds) + 1, stages=stages,
                      models=(ModelRecord("LTXModel", "denoising 1", 3.0, 0.5, True, ("compile.enabled: compiled",),
-                                         compile="0 graph break(s), 1 graph(s) ran eagerly (WON'T CONVERT forward)"),),
+                                         compile="4 graph(s) compiled, 0 graph break(s), 1 ran eagerly (WON'T CONVERT forward)"),),
                      profile={"path": "p.toml"})
 
 
@@ -169,7 +169,7 @@ def test_runs_lists_shows_and_compares(tmp_path, capsys):
     assert main(["runs", "--ledger", str(path), "--show", "-1"]) == 0
     out = capsys.readouterr().out
     assert "denoising 1" in out and "+10.0%" in out and "plan applied" in out
-    assert "compile: 0 graph break(s), 1 graph(s) ran eagerly" in out  # what compile did not compile, in the record
+    assert "compile: 4 graph(s) compiled, 0 graph break(s), 1 ran eagerly" in out  # what compile did not compile, in the record
     assert main(["runs", "--ledger", str(path), "--compare", "20261130-22", "-1"]) == 0
     out = capsys.readouterr().out
     assert "2.00x" in out and "4.00x" in out and "2.17x" in out  # denoising, decode, total 13/6

@@ -4,8 +4,11 @@ ltx-tui runs Dynamo with `suppress_errors` (`runtime.ltx2.DYNAMO_SETTINGS`): a g
 cannot build runs eagerly rather than ending a decode. Silent, that would let a smoke check or a
 tune time eager code as compiled, so it is counted: Dynamo logs each error it suppresses as a
 warning of `torch._dynamo.convert_frame` (one record per frame that then runs eagerly), and
-counts graph breaks in `torch._dynamo.utils.counters["graph_break"]`. A `CompileWatch` reports
-what happened in this process since it started (the counts are process-wide).
+counts graph breaks in `torch._dynamo.utils.counters["graph_break"]` and the graphs it compiled
+in `counters["stats"]["unique_graphs"]`. A frame Dynamo skips whole (a graph break it cannot
+resume from) is logged below warning level and counted nowhere else: after forwards that should
+have compiled, no compiled graph at all says so. A `CompileWatch` reports what happened in this
+process since it started (the counts are process-wide).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class _Suppressed(logging.Handler):
         self.count = 0
         self.reasons: deque[tuple[int, str]] = deque(maxlen=KEPT_REASONS)
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def emit(self, record: logging.LogRecord) -> None:  # called under the handler's lock
         self.count += 1
         lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
         exc = record.exc_info[1] if record.exc_info else None
@@ -49,27 +52,30 @@ def _installed() -> _Suppressed:
         return _handler
 
 
-def _graph_breaks() -> int:
+def _counts() -> tuple[int, int]:
+    """(graph breaks, graphs compiled) so far in this process."""
     from torch._dynamo.utils import counters
 
-    return sum(counters["graph_break"].values())
+    return sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
 
 
 @dataclass(frozen=True)
 class CompileHealth:
-    """Since a watch started: graph breaks, frames that ran eagerly, the reasons Dynamo gave."""
+    """Since a watch started: graph breaks, frames that ran eagerly, the reasons Dynamo gave, the
+    graphs compiled (a graph served from the compile caches counts: Dynamo traced it)."""
 
     graph_breaks: int
     eager: int
     reasons: tuple[str, ...] = ()
+    graphs: int = 0
 
     @property
     def compiled(self) -> bool:
-        """Nothing fell back to eager."""
-        return self.eager == 0
+        """Something compiled and nothing fell back to eager (read after the forwards)."""
+        return self.eager == 0 and self.graphs > 0
 
     def __str__(self) -> str:
-        text = f"{self.graph_breaks} graph break(s), {self.eager} graph(s) ran eagerly"
+        text = f"{self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s), {self.eager} ran eagerly"
         return text + (f" ({self.reasons[0]})" if self.reasons else "")
 
 
@@ -78,10 +84,14 @@ class CompileWatch:
 
     def __init__(self) -> None:
         self._handler = _installed()
-        self._eager0 = self._handler.count
-        self._breaks0 = _graph_breaks()
+        with self._handler.lock:
+            self._eager0 = self._handler.count
+        self._breaks0, self._graphs0 = _counts()
 
     def health(self) -> CompileHealth:
         h = self._handler
-        reasons = tuple(text for n, text in h.reasons if n > self._eager0)
-        return CompileHealth(_graph_breaks() - self._breaks0, h.count - self._eager0, reasons)
+        with h.lock:  # a thread logging meanwhile must not change the deque under us
+            reasons = tuple(text for n, text in h.reasons if n > self._eager0)
+            eager = h.count - self._eager0
+        breaks, graphs = _counts()
+        return CompileHealth(breaks - self._breaks0, eager, reasons, graphs - self._graphs0)
