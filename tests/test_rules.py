@@ -105,6 +105,8 @@ CASES = {
                                 (P(compile__enabled=True), preset("h100"))),
     "compile.dynamic": ((P(compile__enabled=True, compile__dynamic="true"), preset("h100")),
                         (P(compile__enabled=True, compile__dynamic="false"), preset("h100"))),
+    "offload.loader-quantization": ((P(offload__mode="cpu", transformer__quantization="nvfp4-cast"), preset("b200")),
+                                    (P(offload__mode="cpu", transformer__quantization="fp8-cast"), preset("b200"))),
     "offload.quantization": ((P(offload__mode="cpu", transformer__quantization="fp8-scaled-mm"), preset("h100")),
                              (P(offload__mode="cpu", transformer__quantization="fp8-cast"), preset("h100"))),
     "parallel.gpu-count": ((P(parallel__gpus=2), preset("h100")), (P(parallel__gpus=2), preset("h100x2"))),

@@ -410,7 +410,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
                runtime=_COMPILE, flag="--compile capture=VALUE"),
     _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in.",
-            rules=("cuda.device", "offload.quantization", "parallel.ignores-quant-offload"), runtime=_OFFLOAD,
+            rules=("cuda.device", "offload.loader-quantization", "offload.quantization", "parallel.ignores-quant-offload"),
+            runtime=_OFFLOAD,
             flag="--offload MODE"),
     OptionSpec("offload.gpu_slots", Kind.INT, "GPU buffers that hold streamed blocks (1 to 64; LTX-2's DiT has 48 "
                "blocks, so from 48 slots every block stays resident).", minimum=1, maximum=64, runtime=_OFFLOAD),

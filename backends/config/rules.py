@@ -518,6 +518,14 @@ _RULES: tuple[Rule, ...] = (
     Rule("compile.dynamic", lambda f: f.profile.compile.dynamic is not Dynamic.TRUE,
          lambda f: "dynamic=true: the pipelines call .item() on data (data-dependent shapes), expect graph breaks",
          "leave compile.dynamic = \"auto\" unless you know the shapes vary"),
+    Rule("offload.loader-quantization",
+         lambda f: f.profile.offload.mode is OffloadMode.NONE
+         or value("transformer.quantization", f.profile.transformer.quantization).runner != LOADER,
+         lambda f: f"offload.mode = {f.profile.offload.mode} with transformer.quantization = "
+         f"{f.profile.transformer.quantization}: only LTX-2's loader applies that quantization, and LTX-2's "
+         "streaming builder takes only none or fp8-cast (ltx-tui's runtime streams, but cannot apply it): nothing "
+         "runs both",
+         "use transformer.quantization = \"fp8-cast\" with offload, or offload.mode = \"none\""),
     Rule("offload.quantization",
          lambda f: f.profile.transformer.quantization in OFFLOAD_QUANTIZATIONS
          or f.profile.transformer.quantization not in LTX2_QUANT_FLAGS,
@@ -861,8 +869,8 @@ class _Resolver:
             self.ok("offload.mode", "no offload: weights stay resident")
         elif self.p.parallel.gpus > 1:
             self.mgpu_dropped("offload.mode")
-        elif self.require("offload.mode", ["cuda.device"], ""):
-            how = f"weights streamed from {'pinned CPU memory' if o.mode is OffloadMode.CPU else 'disk'}"
+        elif self.require("offload.mode", [*value("offload.mode", o.mode).needs, "offload.loader-quantization"], ""):
+            how = value("offload.mode", o.mode).text
             if RULES["offload.quantization"].holds(self.f):
                 self.ok("offload.mode", how, rules=["cuda.device", "offload.quantization"])
             else:
