@@ -138,3 +138,22 @@ async def test_w_opens_the_run_inputs_and_escape_leaves_them():
         await pilot.press("q")  # the app's keys again
         await pilot.pause()
     assert not app.is_running
+
+
+async def test_the_apps_plan_checks_the_token_cap_at_its_run():
+    """The app decides the run-dependent rules (the sequence-parallel token cap) at its run shape, as
+    --check does with --resolution/--frames (it said "not checked: no run given")."""
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.rules import Status
+    from test_app import make_app
+
+    app = make_app("h200x4")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        app.set_option("transformer.quantization", "fp8-cast")
+        app.set_option("parallel.gpus", 4)
+        assert app.decisions["parallel.gpus"].status is Status.OK
+        app.run_shapes = RunShapes(2048, 1152, 121)
+        app._resolve()
+        d = app.decisions["parallel.gpus"]
+        assert d.status is Status.ERROR and "32768" in d.message

@@ -85,6 +85,8 @@ CASES = {
                    (P(transformer__quantization="fp8-cast"), preset("h100"))),
     "quant.loader-only": ((P(transformer__quantization="nvfp4-cast"), preset("b200")),
                           (P(transformer__quantization="fp8-scaled-mm"), preset("b200"))),
+    "sparse.runs": ((P(transformer__sparse_attention="sla"), with_package(preset("h100"), "turbo_diffusion_ops")),
+                    (P(), preset("h100"))),
     "quant.int8-w8a8": ((P(transformer__quantization="int8-w8a8"), preset("cpu")),
                         (P(transformer__quantization="int8-w8a8"), preset("a100"))),
     "sparse.sla": ((P(transformer__sparse_attention="sla"), preset("h100")),

@@ -75,7 +75,7 @@ def test_every_consumer_handles_every_value(key, v):
             flags.policy(("--prompt", "x"), profile)
         except flags.FlagConflict:
             pass
-        if about.runner == NOBODY and about.step is None and key == "transformer.quantization":
+        if about.runner == NOBODY:
             assert d.status is Status.ERROR, (machine, d)  # never ok for what nothing runs
         runs = d.status is not Status.ERROR and d.effective is not None and not plan.blocking
         if not (runs and about.step and str(d.effective) == v):

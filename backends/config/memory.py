@@ -210,8 +210,8 @@ def _text_encoder() -> StagePeak:
 
 @dataclass(frozen=True)
 class Effective:
-    """What the memory plan counts: the values a plan runs, not those its profile asks for (a
-    multi-GPU plan runs fp8-cast whatever the profile says; offload drops CUDA graphs)."""
+    """What the memory plan counts: the values a plan runs, not those its profile asks for
+    (offload drops CUDA graphs); an option the plan refuses (an error) is counted as asked."""
 
     quantization: str = "none"
     offload: str = "none"

@@ -389,7 +389,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "Which linears are quantized: LTX-2's block linears (as its fp8-cast), or every nn.Linear.",
             runtime="selects the linears the quantization replaces"),
     _choice("transformer.sparse_attention", SparseAttention, "TurboDiffusion sparse-linear attention in the transformer.",
-            rules=("sparse.sla", "sparse.sagesla"), runtime=_PIPELINE),
+            rules=("sparse.runs", "sparse.sla", "sparse.sagesla"), runtime=_PIPELINE),
     OptionSpec("transformer.sla_topk", Kind.FLOAT, "Fraction of blocks kept by sparse attention.",
                minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_PIPELINE),
     OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",

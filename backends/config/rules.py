@@ -484,6 +484,12 @@ _RULES: tuple[Rule, ...] = (
          lambda f: f"int8-w8a8 needs int8 tensor cores (SM >= 8.0; here: {f.sm_text}) and triton for "
          f"ltx-tui's int8 GEMM ({'present' if f.has('triton') else f.why_not('triton')})",
          "use an Ampere or newer GPU with triton installed, or fp8-cast"),
+    Rule("sparse.runs",
+         lambda f: value("transformer.sparse_attention", f.profile.transformer.sparse_attention).runner != NOBODY,
+         lambda f: f"nothing here runs sparse_attention = {f.profile.transformer.sparse_attention}: it is "
+         "TurboDiffusion's; neither LTX-2 v1.2.0's pipelines nor ltx-tui's runtime install it",
+         "set transformer.sparse_attention = \"none\" for LTX-2 (keep it only in profiles for TurboDiffusion's own "
+         "scripts)"),
     Rule("sparse.sla", lambda f: f.cuda and f.has("triton") and f.has("turbo_diffusion_ops"),
          lambda f: f"sla needs CUDA ({'yes' if f.cuda else f.no_cuda_reason}), triton "
          f"({'present' if f.has('triton') else 'missing'}) and TurboDiffusion's turbo_diffusion_ops "

@@ -144,9 +144,10 @@ VALUES: dict[str, dict[str, Value]] = {
         "all-linears": Value("every nn.Linear", step="quantize"),
     },
     "transformer.sparse_attention": {
-        "none": Value("dense attention", runner=NOBODY),
-        "sla": Value("TurboDiffusion sla", needs=("sparse.sla",), runner=NOBODY),
-        "sagesla": Value("TurboDiffusion sagesla", needs=("sparse.sagesla",), runner=NOBODY),
+        "none": Value("dense attention"),
+        "sla": Value("TurboDiffusion's sparse-linear attention", needs=("sparse.runs", "sparse.sla"), runner=NOBODY),
+        "sagesla": Value("TurboDiffusion's SageAttention sparse-linear attention", needs=("sparse.runs", "sparse.sagesla"),
+                         runner=NOBODY),
     },
     "compile.mode": {
         "default": Value("default (no CUDA graphs)", step="compile", flag="--compile mode=default", bound=COMPILED,

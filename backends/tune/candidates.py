@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from backends.config import values
 from backends.config.options import OPTIONS_BY_KEY, NattenKernel, Profile
-from backends.config.plan import resolve
+from backends.config.plan import first_device, resolve
 from backends.config.rules import Facts, Status, natten_kernel_check
 from backends.machine.capability import Capability
 
@@ -41,7 +41,7 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
     unknown = [o for o in options if o not in OPTIONS]
     if unknown:
         raise ValueError(f"cannot tune {', '.join(unknown)}; tunable options: {', '.join(OPTIONS)}")
-    device = "cuda:0" if cap.cuda else "cpu"
+    device = first_device(profile, cap)  # where the smoke checks and the runtime put the model
     specs: list[Spec] = []
     skipped: list[tuple[str, str, str]] = []
     for option in options:
