@@ -169,7 +169,7 @@ def test_runs_lists_shows_and_compares(tmp_path, capsys):
     assert main(["runs", "--ledger", str(path), "--show", "-1"]) == 0
     out = capsys.readouterr().out
     assert "denoising 1" in out and "+10.0%" in out and "plan applied" in out
-    assert "compile: 4 graph(s) compiled, 0 graph break(s), 1 ran eagerly" in out  # what compile did not compile, in the record
+    assert "every model): 4 graph(s) compiled, 0 graph break(s), 1 ran eagerly" in out  # what compile did not compile, in the record
     assert main(["runs", "--ledger", str(path), "--compare", "20261130-22", "-1"]) == 0
     out = capsys.readouterr().out
     assert "2.00x" in out and "4.00x" in out and "2.17x" in out  # denoising, decode, total 13/6

@@ -51,8 +51,8 @@ async def test_app_smoke_after_a_tune_passes_every_row():
         assert all(r[1] == "pass" for r in rows), rows
 
 
-def test_value_marks_and_explain_follow_the_tune_cache():
-    """The chooser's marks and explain read the app's plan, tune cache included (they used to resolve without it)."""
+def test_value_marks_follow_the_tune_cache():
+    """The chooser's marks follow the tune cache, as the app's plan does (they used to resolve without it)."""
     from ltx_tui.app import value_marks
 
     cap = probe()

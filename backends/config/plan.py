@@ -116,7 +116,7 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
         steps.append(Step("diffvae_layout", {"mode": mode.effective, "compile": compiled},
                           f"LTX-2 DiffusionVideoDecoder: {mode.effective} layout (LTX-2's own apply_diffvae_config)"
                           + (", blocks compiled" if compiled else ""), ("diffvae.mode",)))
-    if _runs(na) and na.effective != "blackwell_dsl":
+    if _runs(na) and value("diffvae.na_backend", na.effective).step == "na_backend":  # blackwell_dsl: the layout's
         backend = f"natten:{kernel.effective}" if na.effective == "natten" else na.effective
         where = "every module with attention_function and kernel_size (LTX-2's NeighborhoodAttention3D)"
         steps.append(Step("na_backend", {"backend": backend},

@@ -18,7 +18,6 @@ from backends.config.ltx2_shapes import DIT_HEADS, RunShapes
 from backends.config.values import LOADER, NOBODY, VALUES, value
 from backends.config.options import (
     Attention,
-    CompileBackend,
     CompileMode,
     DiffVAEMode,
     Dynamic,
@@ -27,7 +26,6 @@ from backends.config.options import (
     OffloadMode,
     Profile,
     Quantization,
-    QuantizationScope,
     SparseAttention,
 )
 
@@ -796,11 +794,9 @@ class _Resolver:
         q = self.out["transformer.quantization"].effective
         if q in (None, Quantization.NONE.value):
             self.unused("transformer.quantization_scope", "nothing is quantized")
-        elif self.p.transformer.quantization_scope is QuantizationScope.LTX2_BLOCKS:
-            self.ok("transformer.quantization_scope", "LTX-2's block linears (to_q/k/v, to_out.0, ff.net.0.proj, "
-                    "ff.net.2), as LTX-2's fp8-cast")
         else:
-            self.ok("transformer.quantization_scope", "every nn.Linear")
+            self.ok("transformer.quantization_scope",
+                    value("transformer.quantization_scope", self.p.transformer.quantization_scope).text)
 
     def _quantization(self) -> None:
         key = "transformer.quantization"
@@ -857,17 +853,16 @@ class _Resolver:
                 self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(asked)} (CUDA graphs)")
             else:
                 self.ok(key, f"{_plain(asked)} (CUDA graphs)", rules=["compile.cuda-graphs-cuda"])
-        if c.backend is CompileBackend.INDUCTOR:
-            self.require("compile.backend", ["compile.inductor-triton"], "inductor")
-        elif c.backend is CompileBackend.CUDAGRAPHS:
-            self.require("compile.backend", ["cuda.device"], "cudagraphs backend")
+        backend = value("compile.backend", c.backend)
+        if backend.needs:
+            self.require("compile.backend", backend.needs, backend.text)
         else:
-            self.ok("compile.backend", f"{c.backend} (no code generation)")
+            self.ok("compile.backend", backend.text)
         self.ok("compile.fullgraph", "one graph per block, fail on breaks" if c.fullgraph else "graph breaks allowed")
         if c.dynamic is Dynamic.TRUE:
             self.warn("compile.dynamic", "compile.dynamic")
         else:
-            self.ok("compile.dynamic", "torch decides" if c.dynamic is Dynamic.AUTO else "static shapes")
+            self.ok("compile.dynamic", value("compile.dynamic", c.dynamic).text)
 
     def offload(self) -> None:
         o = self.p.offload
