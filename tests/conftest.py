@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import pathlib
 import sys
@@ -34,6 +35,20 @@ def ltx2_core():
     from backends.runtime import ltx2
 
     module, why = ltx2.import_ltx_core()
+    if module is None:
+        pytest.skip(why)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ltx2_pipelines():
+    """LTX-2 v1.2.0's ltx_pipelines package (with the torchaudio stand-in where torchaudio is missing);
+    skips with how to get it (LTX2_PIPELINES_SRC) when missing."""
+    from backends.launch import gate
+
+    if importlib.util.find_spec("torchaudio") is None:
+        sys.path.insert(0, str(pathlib.Path(__file__).parent / "stand_ins"))
+    module, why = gate.import_ltx_pipelines()
     if module is None:
         pytest.skip(why)
     return module

@@ -11,7 +11,7 @@ memory budget for LTX-2's tiling off CUDA (`cpu_tiling_budget`: LTX-2 gives the 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
 import json
 import pathlib
 import runpy
@@ -26,18 +26,7 @@ from backends.machine import runs
 from ltx_tui.cli import main
 
 pytestmark = pytest.mark.ltx2
-STAND_INS = pathlib.Path(__file__).parent / "stand_ins"
 CPU_DECODE_BUDGET = 8 << 30
-
-
-@pytest.fixture(scope="module")
-def ltx2_pipelines():
-    if importlib.util.find_spec("torchaudio") is None:
-        sys.path.insert(0, str(STAND_INS))
-    module, why = gate.import_ltx_pipelines()
-    if module is None:
-        pytest.skip(why)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,9 @@ run a job there and record it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import io
 import multiprocessing
-import pathlib
-import sys
 
 import pytest
 import torch
@@ -28,7 +25,6 @@ from backends.machine import runs
 from backends.machine.runs import RunRecord, StageRecord
 from ltx_tui.cli import main
 
-STAND_INS = pathlib.Path(__file__).parent / "stand_ins"
 ARGS = ["--distilled-checkpoint-path", "/m.safetensors", "--prompt", "a cat"]
 FP8 = Profile().replace(**{"transformer.quantization": "fp8-cast"})
 
@@ -151,16 +147,6 @@ def test_a_ranks_stages_are_compared_with_that_ranks_memory_plan():
 
 
 # --- LTX-2's own classes ----------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def ltx2_pipelines():
-    if importlib.util.find_spec("torchaudio") is None:
-        sys.path.insert(0, str(STAND_INS))
-    module, why = gate.import_ltx_pipelines()
-    if module is None:
-        pytest.skip(why)
-    return module
-
 
 @pytest.mark.ltx2
 def test_v120_has_every_signature_the_multi_gpu_launch_relies_on(ltx2_pipelines):
