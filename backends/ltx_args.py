@@ -10,7 +10,7 @@ or as a quoted shell word.
 
 from __future__ import annotations
 
-from backends.config.options import Compile, OffloadMode, show_value
+from backends.config.options import OffloadMode, show_value
 from backends.config.plan import Plan
 from backends.config.rules import Status
 from backends.config.values import value
@@ -19,13 +19,6 @@ from backends.machine.text import printable, shell_word
 PIPELINE = "ltx_pipelines.distilled"
 NO_FLAG = ("diffvae.na_backend", "diffvae.natten_kernel", "transformer.attention", "transformer.quantization_scope",
            "transformer.sparse_attention", "transformer.sla_topk", "transformer.fast_norm")
-
-
-def _compile_flag(c: Compile) -> str:
-    default = Compile(enabled=True)
-    pairs = [f"{key}={str(getattr(c, key)).lower()}" for key in ("mode", "backend", "fullgraph", "dynamic", "capture")
-             if getattr(c, key) != getattr(default, key)]
-    return " ".join(["--compile", *pairs])
 
 
 def ltx_args(plan: Plan, label: str = "profile") -> str:
@@ -61,7 +54,7 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
         notes += [f"{option} = {show_value(p.get(option))} left out: {plan[option].message}"
                   for option in ("transformer.quantization", "offload.mode") if plan[option].status is Status.ERROR]
     if p.compile.enabled:
-        flag("compile.mode", _compile_flag(p.compile))
+        flag("compile.mode", " ".join(p.compile.ltx2_flag()))
     flag("diffvae.mode", value("diffvae.mode", p.diffvae.mode).flag)
     notes.append(f"memory.max_batch_size = {p.memory.max_batch_size}: --max-batch-size is read only by some pipeline "
                  f"modules (not {PIPELINE} nor the *_mgpu ones); add it where your module reads it")

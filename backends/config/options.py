@@ -136,6 +136,13 @@ class Compile:
     dynamic: Dynamic = Dynamic.AUTO
     capture: bool = False
 
+    KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")  # LTX-2's --compile KEY=VALUE keys
+
+    def ltx2_flag(self) -> list[str]:
+        """LTX-2's `--compile [KEY=VALUE ...]` for this section: the keys that differ from its defaults."""
+        return ["--compile", *(f"{k}={str(getattr(self, k)).lower()}" for k in self.KEYS
+                               if getattr(self, k) != getattr(Compile(), k))]
+
 
 @dataclass(frozen=True)
 class Offload:

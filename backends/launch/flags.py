@@ -40,7 +40,7 @@ from backends.config.values import LOADER, value
 FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
 # LTX-2's --compile keys that the profile has no option for.
 COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
-COMPILE_KEYS = ("mode", "backend", "fullgraph", "dynamic", "capture")
+COMPILE_KEYS = Compile.KEYS
 STREAMABLE = OFFLOAD_QUANTIZATIONS  # what LTX-2's block streaming loads
 MGPU_MODULES = ("ltx_pipelines.distilled_mgpu", "ltx_pipelines.ti2vid_two_stages_mgpu",
                 "ltx_pipelines.ti2vid_two_stages_hq_mgpu")
@@ -145,11 +145,6 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
     return True, "compile.enabled = true" + "".join(f", compile.{k} = {v}" for k, v in given.items()), "compile.enabled"
 
 
-def _compile_flag(c: Compile) -> list[str]:
-    pairs = [f"{k}={str(getattr(c, k)).lower()}" for k in COMPILE_KEYS if getattr(c, k) != getattr(Compile(), k)]
-    return ["--compile", *[p.replace("dynamic=auto", "dynamic=none") for p in pairs]]
-
-
 def _flag_text(name: str, value) -> str:
     if isinstance(value, list):
         return " ".join([name, *value])
@@ -247,7 +242,7 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
             ltx_argv += ["--quantization", str(q)]
             ltx2_does.append(f"transformer.quantization = {q}: LTX-2's policy on the streamed model (--quantization {q})")
         if profile.compile.enabled:
-            flag = _compile_flag(profile.compile)
+            flag = profile.compile.ltx2_flag()
             ltx_argv += flag
             ltx2_does.append(f"compile: LTX-2's compile op on the streamed model ({' '.join(flag)})")
         if profile.offload.gpu_slots != 2 or profile.offload.prefetch != 2:
