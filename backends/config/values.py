@@ -98,7 +98,7 @@ VALUES: dict[str, dict[str, Value]] = {
     },
     "diffvae.natten_kernel": {
         k: Value(f"NATTEN's {k}" if k != "auto" else "NATTEN's fastest kernel that runs here",
-                 needs=("natten.usable",), step=_NA, bound=KERNEL, tuned=k != "auto")
+                 needs=("natten.usable",), step=_NA, tuned=k != "auto")  # bound: the NA backend's
         for k in ("auto", "cutlass-fna", "hopper-fna", "blackwell-fna", "flex-fna")
     },
     "transformer.attention": {

@@ -59,7 +59,7 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                 continue
             if option == "diffvae.na_backend" and value == "natten":
                 for kernel in NattenKernel:
-                    if kernel is NattenKernel.AUTO:
+                    if not values.value("diffvae.natten_kernel", kernel).tuned:  # auto: the others' choice
                         continue
                     check = natten_kernel_check(kernel, Facts(cap, profile))
                     name = f"natten:{kernel.value}"
