@@ -270,8 +270,8 @@ def na_usable(backend: NABackend, f: Facts, *, for_auto: bool = False) -> Availa
 
 
 def na_auto_choice(f: Facts, usable_here: Callable[[NABackend], Availability] | None = None
-                   ) -> tuple[NABackend | None, list[Step]]:
-    """What `auto` means here (the one place it is decided), with the chain of what it tried:
+                   ) -> tuple[NABackend | None, list[Step], tuple[NABackend, ...]]:
+    """What `auto` means here (the one place it is decided), with the chain of what it tried and the order:
     the first backend of `na_auto_order` that runs (and that `usable_here` allows: the runtime
     adds what the tensors at hand need)."""
     order, why_first = na_auto_order(f)
@@ -284,8 +284,8 @@ def na_auto_choice(f: Facts, usable_here: Callable[[NABackend], Availability] | 
             chain.append(Step(backend.value, usable.reason))
             continue
         chain.append(Step(backend.value, f"auto ({why_first}): {value('diffvae.na_backend', backend).text}"))
-        return backend, chain
-    return None, chain
+        return backend, chain, order
+    return None, chain, order
 
 
 # --- The rules table ------------------------------------------------------------------------
@@ -692,9 +692,9 @@ class _Resolver:
         natten -> triton -> eager_sdpa as LTX-2 does."""
         f = self.f
         if req is NABackend.AUTO:
-            backend, chain = na_auto_choice(f)
+            backend, chain, order = na_auto_choice(f)
             if backend is not None:
-                self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in na_auto_order(f)[0] if b in NA_RULE])
+                self.put(key, backend, Status.OK, chain, [NA_RULE[b] for b in order if b in NA_RULE])
             else:
                 self.put(key, None, Status.ERROR, chain, [], "no NA backend runs here", RULES["triton.na"].fix(self.f))
             return

@@ -78,7 +78,7 @@ def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capabilit
         raise ValueError(f"unknown NA backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     avail = available_backends(q, capability)
     if backend == "auto":
-        choice, _ = na_auto_choice(_facts(q.device, q.dtype, q.shape[-1], capability), lambda b: avail[b.value])
+        choice, _, _ = na_auto_choice(_facts(q.device, q.dtype, q.shape[-1], capability), lambda b: avail[b.value])
         if choice is None:
             raise BackendUnavailable("no NA backend can run these tensors: "
                                      + "; ".join(f"{n}: {a.reason}" for n, a in avail.items() if not a.available))
