@@ -43,6 +43,15 @@ async def test_confirm_shows_the_question_and_answers_literally():
         assert answers == [True] and app.is_running
 
 
+async def export_to(pilot, path):
+    """e, the path typed into the export dialog, enter."""
+    await pilot.press("e")
+    await pilot.pause()
+    pilot.app.screen.query_one("#path", Input).value = str(path)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 async def test_export_over_an_existing_bracketed_path_asks_literally_and_writes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a short relative path: the question fits on one line of the dialog
     path = Path("x[") / "]y [h100].toml"  # the path holds "[/]" and "[h100]"
@@ -51,11 +60,7 @@ async def test_export_over_an_existing_bracketed_path_asks_literally_and_writes(
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("e")
-        await pilot.pause()
-        app.screen.query_one("#path", Input).value = str(path)
-        await pilot.press("enter")
-        await pilot.pause()
+        await export_to(pilot, path)
         assert isinstance(app.screen, ConfirmScreen)
         assert f"{path} exists. Overwrite it?" in on_screen(app)
         await pilot.press("y")
@@ -69,11 +74,7 @@ async def test_export_shows_control_characters_escaped_and_the_run_line_in_one_p
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("e")
-        await pilot.pause()
-        app.screen.query_one("#path", Input).value = str(path)
-        await pilot.press("enter")
-        await pilot.pause()
+        await export_to(pilot, path)
         assert path.exists()
         shown = str(path).replace("\n", "\\n").replace("\x1b", "\\x1b")
         assert f"wrote {shown};" in on_screen(app)

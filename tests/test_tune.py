@@ -61,14 +61,19 @@ print("noise"); print(json.dumps({"status": "measured" if err < 0.02 else "inacc
 """
 
 
-@pytest.fixture
-def fake_worker(monkeypatch, tmp_path):
+def install_fake_worker(monkeypatch, tmp_path):
+    """The tune's workers replaced by FAKE_WORKER; returns the file each spawn is written to."""
     spawns = tmp_path / "spawns"
     spawns.write_text("")
     monkeypatch.setenv("SPAWNS", str(spawns))
     monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", FAKE_WORKER])
-    monkeypatch.setattr(runmod, "SLOWER_MIN", 2.0)
     return spawns
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    monkeypatch.setattr(runmod, "SLOWER_MIN", 2.0)
+    return install_fake_worker(monkeypatch, tmp_path)
 
 
 def test_tune_times_chooses_and_caches(fake_worker):

@@ -19,7 +19,7 @@ from backends.machine.presets import preset
 from backends.machine.tuned import cache_dir, load_tuned
 from backends.tune import run as runmod
 from ltx_tui.cli import main
-from test_tune import FAKE_WORKER
+from test_tune import install_fake_worker
 
 ATTENTION = ["--tune", "--options", "transformer.attention", "--resolution", "224x224", "--frames", "9"]
 
@@ -62,12 +62,8 @@ def test_a_gpu_without_cuda_in_torch_is_refused_after_the_probe(capsys, monkeypa
 
 @pytest.fixture
 def fake_worker(monkeypatch, tmp_path):
-    spawns = tmp_path / "spawns"
-    spawns.write_text("")
-    monkeypatch.setenv("SPAWNS", str(spawns))
-    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", FAKE_WORKER])
     monkeypatch.setattr(capmod, "probe", lambda **kw: live("cpu"))
-    return spawns
+    return install_fake_worker(monkeypatch, tmp_path)
 
 
 def test_an_unwritable_cache_warns_and_prints_the_results(capsys, monkeypatch, tmp_path, fake_worker):
