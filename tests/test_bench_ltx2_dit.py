@@ -1,0 +1,147 @@
+"""bench/ltx2_dit.py: its kernel categories (on trace events as a CUDA trace names them), and the
+whole bench on LTX-2's real LTXModel at toy size on the CPU (table and --breakdown)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "ltx2_dit.py"
+TOY = ["--device", "cpu", "--size", "tiny", "--layers", "1", "--tokens", "32", "--text-tokens", "8",
+       "--audio-tokens", "6", "--repeat", "1", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_ltx2_dit", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Event:
+    name: str
+    input_shapes: list | None = None
+    cpu_parent: Event | None = None
+
+
+def under(*names_and_shapes) -> Event:
+    """An event chain, innermost first: each item a name or (name, shapes)."""
+    parent = None
+    for item in reversed(names_and_shapes):
+        name, shapes = item if isinstance(item, tuple) else (item, None)
+        parent = Event(name, shapes, parent)
+    return parent
+
+
+DIMS = {"nv": 6144, "na": 126, "nt": 1024, "dv": 4096, "da": 2048}
+BLOCK = "mod:transformer_blocks.*|BasicAVTransformerBlock"
+
+
+@pytest.mark.parametrize("kernel, event, expected", [
+    ("nvjet_tst_192x192_64x3_2x1_v_bz_coopA_TNN",
+     under(("aten::addmm", [[4096], [6144, 4096], [4096, 4096]]), "aten::linear",
+           "mod:transformer_blocks.*.attn1.to_q|Linear", "mod:transformer_blocks.*.attn1|Attention", BLOCK),
+     ("GEMM", "video self-attn qkv 6144x4096->4096")),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32", under(("aten::mm", [[6144, 4096], [4096, 16384], [6144, 16384]]), BLOCK),
+     ("GEMM", "video FF in 6144x4096->16384")),
+    ("nvjet_qqtst_128x256", under(("aten::_scaled_mm", [[1024, 2048], [2048, 2048], [1024, 1], [1, 2048]]), BLOCK),
+     ("GEMM", "text k/v (cross-attn) 1024x2048->2048")),
+    ("nvjet_tst_64x8", under(("aten::addmm", [[24576], [6144, 4096], [4096, 24576]]), "aten::linear",
+                              "mod:adaln_single.linear|Linear", "fn:preprocess"),
+     ("GEMM", "outside the blocks (patchify, AdaLN/timestep MLPs, proj_out)")),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x128x128",
+     under(("aten::_scaled_dot_product_cudnn_attention", [[1, 32, 6144, 128], [1, 32, 1024, 128],
+                                                           [1, 32, 1024, 128], [1, 1, 1, 1024]]),
+           "aten::scaled_dot_product_attention", BLOCK),
+     ("attention", "video text cross (6144 q x 1024 kv, 32x128)")),
+    ("flash_fwd_kernel", under(("flash_attn_3::fwd", [[1, 126, 32, 64], [1, 6144, 32, 64], [1, 6144, 32, 64]])),
+     ("attention", "v2a cross (q audio) (126 q x 6144 kv, 32x64)")),
+    ("triton_red_fused__fused_rms_norm_add_mul_0", under("triton_red_fused__fused_rms_norm_add_mul_0", BLOCK),
+     ("element-wise", "RMSNorm / LayerNorm (Inductor: with what it fused)")),
+    ("triton_poi_fused_gelu_view_2", under("triton_poi_fused_gelu_view_2", BLOCK), ("element-wise", "gelu (tanh)")),
+    ("triton_poi_fused_add_mul_3", under("triton_poi_fused_add_mul_3", BLOCK),
+     ("element-wise", "fused by Inductor (adds, gates, modulation, RoPE, ...)")),
+    ("_quantize_rows", under("mod:transformer_blocks.*.ff.net.2|FP8ScaledMMLinear", BLOCK),
+     ("quantization", "activation quantization (amax, scale, cast)")),
+    ("void at::native::unrolled_elementwise_kernel<copy, Float8_e4m3fn>",
+     under("aten::copy_", "aten::_to_copy", "aten::to", "mod:transformer_blocks.*.attn1.to_v|Fp8CastLinear"),
+     ("quantization", "fp8 weight upcast (fp8-cast)")),
+    ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>",
+     under("aten::add", "fn:get_ada_values", BLOCK), ("element-wise", "AdaLN modulation (tables, scale/shift, gates)")),
+    ("void at::native::vectorized_elementwise_kernel<4, MulFunctor<c10::BFloat16>>",
+     under("aten::mul", "fn:preattention", "mod:transformer_blocks.*.attn1|Attention", BLOCK),
+     ("element-wise", "RoPE")),
+    ("void at::native::rms_norm_kernel", under("aten::_fused_rms_norm", "aten::rms_norm", "fn:ada_zero_function"),
+     ("element-wise", "RMSNorm / LayerNorm")),
+    ("Memcpy DtoD (Device -> Device)", under("aten::copy_", BLOCK), ("copies", "Memcpy")),
+    ("void some_kernel", None, ("other", "not linked to a CPU op")),
+])
+def test_kernel_categories(bench, kernel, event, expected):
+    assert bench.classify(kernel, event, DIMS) == expected
+
+
+def run(*args: str) -> str:
+    out = subprocess.run([sys.executable, str(SCRIPT), *TOY, *args], capture_output=True, text=True, timeout=300,
+                         env=os.environ.copy())
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def row(stdout: str, name: str) -> list[str]:
+    lines = [ln for ln in stdout.splitlines() if re.match(rf"\s+32\s+{re.escape(name)}\s", ln)]
+    assert lines, stdout
+    return lines[0].split()
+
+
+@pytest.mark.ltx2
+def test_table_on_the_cpu(ltx2_core):
+    """LTX-2 as built, then LTX-2's own fp8-cast in another process on the same weights: its rel L2
+    against the first process's reference output is that of fp8 weights, not of other weights."""
+    out = run("--variants", "ltx2,ltx2-fp8-cast")
+    assert "LTXModel(num_layers=1) (tiny)" in out
+    ltx2 = row(out, "LTX-2 as built")
+    assert ltx2[-4:-2] == ["1.00x", "-"] and float(ltx2[-2]) == 0.0
+    fp8 = row(out, "LTX-2 fp8-cast (its own ops)")
+    assert 1e-4 < float(fp8[-2]) < 0.1
+    assert "different weights" not in out
+    assert "Fp8CastLinear" in out and "output RMS" in out
+
+
+@pytest.mark.ltx2
+def test_labels_come_off_again(bench, ltx2_core):
+    """The --breakdown ranges are taken off after its trace: the model is as it was (the next token
+    count's unlabelled trace, and its labelled one, see no ranges left over)."""
+    from backends.runtime import ltx2
+
+    model = ltx2.tiny_transformer(layers=1)
+    before = {id(m): dict(m.__dict__) for m in model.modules()}
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    restore = bench._label_model(model, compiled=False)
+    assert "get_ada_values" in model.transformer_blocks[0].__dict__
+    restore()
+    assert {id(m): dict(m.__dict__) for m in model.modules()} == before
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == hooks
+    assert "prepare" not in vars(model.video_args_preprocessor)
+
+
+@pytest.mark.ltx2
+def test_breakdown_on_the_cpu(ltx2_core):
+    out = run("--breakdown", "ltx2", "--tokens", "32,40")
+    assert "breakdown: LTX-2 as built, 40 video + 6 audio + 8 text tokens, 1 layers" in out
+    out = out.split("breakdown: LTX-2 as built, 40 video")[0]
+    assert "breakdown: LTX-2 as built, 32 video + 6 audio + 8 text tokens, 1 layers" in out
+    for category in ("GEMM", "attention", "element-wise"):
+        assert re.search(rf"^{category}\s+\d+\.\d+\s+\d+\.\d%", out, re.M), out
+    for detail in ("video self-attn qkv 32x64->64", "video self (32 q x 32 kv, 2x32)", "RMSNorm / LayerNorm", "RoPE",
+                   "AdaLN modulation", "gelu (tanh)"):
+        assert detail in out, out
+    assert "top 15 ops" in out
