@@ -4,7 +4,10 @@ Each program owns a (TT, TH, TW) tile of queries of one (batch, head). The union
 tile's windows (its KV halo) is walked once, in blocks of RH rows x RW columns of keys at one
 time step; every block lies inside some query's window, nothing outside the halo is read.
 Scores are masked to each query's own window, softmax is online with fp32 accumulation.
-Tile shapes are autotuned per (kernel size, head_dim, dtype).
+Tile shapes are autotuned per (kernel size, causal axes, head_dim, dtype, size class): a small
+grid wants smaller tiles than the decoder's. Once a key is tuned, calls launch the chosen tile
+straight, without the autotuner's and heuristics' per-call work (tens of microseconds, more
+than a small problem's kernel takes).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.na3d_args import BoolOr3, IntOr3, check_na3d
+from kernels.na3d_args import BoolOr3, IntOr3, Triple, check_na3d
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -39,7 +42,7 @@ def _window(p, length, K: tl.constexpr, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _na3d_fwd(
+def _na3d_tile(
     Q, K, V, O,
     sq_b, sq_t, sq_h, sq_w, sq_n,
     sk_b, sk_t, sk_h, sk_w, sk_n,
@@ -50,8 +53,9 @@ def _na3d_fwd(
     KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
     CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
     TT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr,
-    RH: tl.constexpr, RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
+    RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
 ):
+    # One program: a (TT, TH, TW) query tile of one (batch, head).
     BM: tl.constexpr = TT * TH * TW
     BN: tl.constexpr = RHE * RW
     pid = tl.program_id(0)
@@ -131,6 +135,42 @@ def _na3d_fwd(
              mask=q_ok[:, None] & d_ok[None, :])
 
 
+@triton.jit(do_not_specialize=["SIZE"])
+def _na3d_fwd(
+    Q, K, V, O,
+    sq_b, sq_t, sq_h, sq_w, sq_n,
+    sk_b, sk_t, sk_h, sk_w, sk_n,
+    sv_b, sv_t, sv_h, sv_w, sv_n,
+    so_b, so_t, so_h, so_w, so_n,
+    T, H, W, HEADS, qk_scale, bh_offset, SIZE,
+    D: tl.constexpr, BLOCK_D: tl.constexpr,
+    KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
+    TT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr,
+    RH: tl.constexpr, RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
+):
+    # Any strides per tensor. SIZE: the autotune key's size class (not read); RH: the key rows per
+    # block asked for, RHE: those used.
+    _na3d_tile(Q, K, V, O, sq_b, sq_t, sq_h, sq_w, sq_n, sk_b, sk_t, sk_h, sk_w, sk_n,
+               sv_b, sv_t, sv_h, sv_w, sv_n, so_b, so_t, so_h, so_w, so_n, T, H, W, HEADS, qk_scale, bh_offset,
+               D, BLOCK_D, KT, KH, KW, CT, CH, CW, TT, TH, TW, RHE, RW, PRECISION)
+
+
+@triton.jit
+def _na3d_fwd_shared(
+    Q, K, V, O, s_b, s_t, s_h, s_w, s_n, T, H, W, HEADS, qk_scale, bh_offset,
+    D: tl.constexpr, BLOCK_D: tl.constexpr,
+    KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
+    TT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr,
+    RH: tl.constexpr, RHE: tl.constexpr, RW: tl.constexpr, PRECISION: tl.constexpr,
+):
+    # q, k, v and the output share their strides: 15 arguments fewer to bind on every launch.
+    _na3d_tile(Q, K, V, O, s_b, s_t, s_h, s_w, s_n, s_b, s_t, s_h, s_w, s_n,
+               s_b, s_t, s_h, s_w, s_n, s_b, s_t, s_h, s_w, s_n, T, H, W, HEADS, qk_scale, bh_offset,
+               D, BLOCK_D, KT, KH, KW, CT, CH, CW, TT, TH, TW, RHE, RW, PRECISION)
+
+
 @dataclass(frozen=True)
 class TileConfig:
     """Query tile (TT, TH, TW), key rows per block RH, and launch settings."""
@@ -155,9 +195,15 @@ CONFIGS = (
     TileConfig(2, 4, 8, 2, 4, 3),
     TileConfig(4, 2, 8, 2, 4, 2),
     TileConfig(2, 8, 8, 2, 8, 2),
+    # wide windows (a halo of 16+ columns fills a 16-wide tile's key block better) and small grids
+    TileConfig(1, 4, 16, 1, 4, 2),
+    TileConfig(1, 8, 16, 1, 8, 2),
+    TileConfig(1, 4, 8, 2, 4, 2),
+    TileConfig(1, 2, 8, 2, 2, 2),
 )
 # Small fixed tile for the CPU interpreter (TRITON_INTERPRET=1), where autotuning is pointless.
 INTERPRET_CONFIG = TileConfig(1, 2, 8, 1, 4, 1)
+SM_GUESS = 132  # the size class counts 64-query tiles per SM of an H100/H200-sized GPU
 
 
 def _rw(args) -> int:
@@ -170,14 +216,29 @@ def _rhe(args) -> int:
     return max(args["RH"], 16 // _rw(args), 1)
 
 
+def size_class(bh: int, t: int, h: int, w: int) -> int:
+    """log2 of 64-query tiles per SM, clamped to [-4, 4]: problems of one class share a tile choice."""
+    return max(-4, min(4, round(math.log2(max(bh * t * h * w / 64 / SM_GUESS, 1e-9)))))
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles longer than an axis (their lanes would idle); keep the smallest if none fit."""
+    t, h, w = named_args["T"], named_args["H"], named_args["W"]
+    fit = [c for c in configs if c.kwargs["TT"] <= t and c.kwargs["TH"] <= max(2, h) and c.kwargs["TW"] <= max(8, w)]
+    return fit or [min(configs, key=lambda c: c.kwargs["TT"] * c.kwargs["TH"] * c.kwargs["TW"])]
+
+
 _heuristic_kernel = triton.heuristics({"RW": _rw, "RHE": _rhe})(_na3d_fwd)
 # The autotune's choice is cached on disk (Triton's cache directory) where this Triton can: a new
-# process then skips timing 8 tile shapes per kernel size (seconds on the DiffVAE's first decode).
+# process then skips timing the tile shapes per key (seconds on the DiffVAE's first decode).
 _CACHE_RESULTS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 _tuned_kernel = triton.autotune(
     configs=[triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in CONFIGS],
-    key=["KT", "KH", "KW", "CT", "CH", "CW", "D"], **_CACHE_RESULTS,
+    key=["KT", "KH", "KW", "CT", "CH", "CW", "D", "SIZE"], prune_configs_by={"early_config_prune": _prune},
+    **_CACHE_RESULTS,
 )(_heuristic_kernel)
+# (kernel, causal, head_dim, dtype, size class) -> the launch kwargs of the tile the autotuner chose.
+_CHOSEN: dict[tuple, dict] = {}
 
 
 def interpreting() -> bool:
@@ -193,33 +254,67 @@ def na3d_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: 
     if q.device.type != "cuda" and not interpreting():
         raise RuntimeError(f"the Triton NA kernel needs a CUDA tensor, got {q.device} "
                            "(use backend 'eager_sdpa' on the CPU, or TRITON_INTERPRET=1 for tests)")
-    d = q.shape[-1]
-    if d > MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {d} is larger than {MAX_HEAD_DIM}, the largest the Triton NA kernel supports")
+    if q.shape[-1] > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {q.shape[-1]} is larger than {MAX_HEAD_DIM}, the largest the Triton NA "
+                         "kernel supports")
+    return launch(q, k, v, kernel, causal, scale, config)
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, causal: tuple[bool, bool, bool],
+           scale: float | None = None, config: TileConfig | None = None) -> torch.Tensor:
+    """`na3d_triton` on arguments already checked (kernel and causal as triples): its hot path."""
     # The kernel reads head_dim contiguously; other dims may have any strides.
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-    b, t, h, w, heads, _ = q.shape
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    b, t, h, w, heads, d = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    scale = d ** -0.5 if scale is None else float(scale)
-    meta = dict(D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), KT=kernel[0], KH=kernel[1], KW=kernel[2],
-                CT=causal[0], CH=causal[1], CW=causal[2],
-                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    qk_scale = (d ** -0.5 if scale is None else scale) * LOG2E
+    size = size_class(b * heads, t, h, w)
     if config is None and interpreting():
         config = INTERPRET_CONFIG
-    if config is not None:
-        fn = _heuristic_kernel
-        meta.update(config.kwargs(), num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        fn = _tuned_kernel
-
-    def grid(cfg):
-        return (triton.cdiv(t, cfg["TT"]) * triton.cdiv(h, cfg["TH"]) * triton.cdiv(w, cfg["TW"]), bh_count)
-
+    key = (kernel, causal, d, q.dtype, size)
+    launch = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
+    strides = q.stride()[:5]
+    shared = strides == k.stride()[:5] == v.stride()[:5] == out.stride()[:5]
     for bh_start in range(0, b * heads, MAX_GRID_Y):
         bh_count = min(MAX_GRID_Y, b * heads - bh_start)
-        fn[grid](q, k, v, out, *q.stride()[:5], *k.stride()[:5], *v.stride()[:5], *out.stride()[:5],
-                 t, h, w, heads, scale * LOG2E, bh_start, **meta)
+        if launch is None:  # the first call of this key: the autotuner times the tiles
+            _tuned_kernel[lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)](
+                q, k, v, out, *strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5], t, h, w, heads,
+                qk_scale, bh_start, size, **_meta(kernel, causal, d, q.dtype))
+            c = _tuned_kernel.best_config
+            chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
+            launch = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
+            continue
+        grid = _grid(t, h, w, launch["TT"], launch["TH"], launch["TW"], bh_count)
+        if shared:
+            _na3d_fwd_shared[grid](q, k, v, out, *strides, t, h, w, heads, qk_scale, bh_start, **launch)
+        else:
+            _na3d_fwd[grid](q, k, v, out, *strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5],
+                            t, h, w, heads, qk_scale, bh_start, size, **launch)
     return out
+
+
+def _meta(kernel: Triple, causal: tuple[bool, bool, bool], d: int, dtype: torch.dtype) -> dict:
+    """The kernel's constexprs that follow from the problem."""
+    return dict(D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), KT=kernel[0], KH=kernel[1], KW=kernel[2],
+                CT=causal[0], CH=causal[1], CW=causal[2], PRECISION="ieee" if dtype == torch.float32 else "tf32")
+
+
+def _launch_kwargs(config: TileConfig, kernel: Triple, causal: tuple[bool, bool, bool], d: int,
+                   dtype: torch.dtype) -> dict:
+    """Every constexpr and launch setting of a direct launch of `config` (built once per key)."""
+    tile = {**config.kwargs(), "KW": kernel[2]}
+    return {**_meta(kernel, causal, d, dtype), **config.kwargs(), "RW": _rw(tile), "RHE": _rhe(tile),
+            "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def _grid(t: int, h: int, w: int, tt: int, th: int, tw: int, bh_count: int) -> tuple[int, int]:
+    return (triton.cdiv(t, tt) * triton.cdiv(h, th) * triton.cdiv(w, tw), bh_count)
 
 
 def useful_flops(shape: tuple[int, ...], kernel: tuple[int, int, int]) -> int:

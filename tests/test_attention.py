@@ -61,3 +61,54 @@ def test_bad_requests():
         na3d(q, k[:, :, :3], v, 3)
     with pytest.raises(TypeError, match="dtypes must match"):
         na3d(q, k.half(), v, 3)
+
+
+def test_the_runtime_path_decides_once_and_skips_the_op_dispatch_when_eager(monkeypatch):
+    """The decoder makes hundreds of NA calls a decode: neither the backend choice nor the custom
+    op's dispatch may be paid on every eager call (bench/na3d.py's per-call row)."""
+    import types
+
+    from backends.runtime import attention
+
+    q, k, v = rand((1, 3, 4, 5, 2, 16))
+    decided = []
+    real = attention._choose
+    monkeypatch.setattr(attention, "_CHOSEN", {})
+    monkeypatch.setattr(attention, "_choose", lambda *a: decided.append(a[1]) or real(*a))
+
+    def no_dispatch(*args):
+        raise AssertionError("the custom op was dispatched on an eager call")
+    monkeypatch.setattr(attention, "_na3d_eager_op", no_dispatch)
+    attention.implementation.cache_clear()
+    try:
+        fn = attention.NAFunction("auto")
+        attn = types.SimpleNamespace(kernel_size=(3, 3, 3))
+        with torch.inference_mode():
+            outs = [fn(attn, q, k, v) for _ in range(3)] + [na3d(q, k, v, 3, scale=1.0) for _ in range(3)]
+    finally:
+        attention.implementation.cache_clear()
+    assert decided == ["auto"]
+    for out in outs:
+        torch.testing.assert_close(out, na3d_reference(q, k, v, 3, scale=1.0), atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_callers_keep_the_na_call_in_one_graph():
+    """Under torch.compile the NA call is the custom op (one graph, no break into the kernel)."""
+    import types
+
+    from backends.runtime.attention import NAFunction
+
+    q, k, v = rand((1, 3, 4, 5, 2, 16))
+    fn = NAFunction("eager_sdpa")
+    attn = types.SimpleNamespace(kernel_size=(3, 3, 3))
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append([n.target for n in gm.graph.nodes])
+        return gm.forward
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: fn(attn, q * 1.0, k, v) + 1.0, backend=backend, fullgraph=True)
+    with torch.inference_mode():
+        out = compiled(q, k, v)
+    assert len(graphs) == 1 and torch.ops.ltx_tui.na3d_eager.default in graphs[0]
+    torch.testing.assert_close(out, na3d_reference(q, k, v, 3, scale=1.0) + 1.0, atol=1e-4, rtol=1e-4)

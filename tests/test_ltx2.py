@@ -228,13 +228,17 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
 
 
 @pytest.mark.parametrize("rope_bf16", [False, True])
-def test_slab_attention_matches_ltx2s_slab_body(decoder, rope_bf16):
+def test_slab_attention_matches_ltx2s_slab_body(decoder, rope_bf16, monkeypatch):
     """ltx-tui's W-slab body (one QKV projection, fused q/k norm + RoPE) against LTX-2's own, on
-    the same packed arguments of a stage-5 block, for a slab whose W columns start inside the volume."""
+    the same packed arguments of a stage-5 block, for a slab whose W columns start inside the volume.
+    Called eagerly, it runs the fused kernel without the custom op's dispatch (kept for compile)."""
     from ltx_core.model.video_vae.transformer.chunked import attn as chunked
 
+    from backends.runtime import diffvae_slab
     from backends.runtime.attention import NAFunction
     from backends.runtime.diffvae_slab import slab_attention
+
+    monkeypatch.setattr(diffvae_slab, "_qk_norm_rope_op", None)  # an eager call must not reach it
 
     block = decoder.diff_blocks[0]
     g = torch.Generator().manual_seed(5)

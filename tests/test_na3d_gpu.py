@@ -59,7 +59,7 @@ def test_edge_cases_against_reference(na3d_triton, shape, kernel, causal, dtype,
     assert (got.float() - want).abs().max().item() < tol
 
 
-@pytest.mark.parametrize("config_index", range(8))
+@pytest.mark.parametrize("config_index", range(12))
 @pytest.mark.parametrize("shape, kernel, causal, dtype", [
     ((2, 5, 19, 21, 2, 64), (3, 7, 7), (False, True, False), torch.float16),
     ((1, 4, 9, 11, 1, 32), (2, 4, 5), False, torch.float32),
@@ -68,6 +68,7 @@ def test_every_tile_config_is_correct(na3d_triton, config_index, shape, kernel, 
     """Autotuning may pick any config: each must compute the same function."""
     from kernels.na3d_triton import CONFIGS
 
+    assert len(CONFIGS) == 12, "keep the parametrize range in step with the config list"
     q, k, v = rand(shape, dtype, seed=config_index)
     want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
     got = na3d_triton(q, k, v, kernel, is_causal=causal, config=CONFIGS[config_index])
@@ -88,6 +89,21 @@ def test_more_batch_heads_than_one_grid_axis(na3d_triton):
     q, k, v = rand((1, 1, 2, 4, 70000, 16), torch.float16)
     want = na3d_reference(q.float(), k.float(), v.float(), (1, 2, 3))
     assert (na3d_triton(q, k, v, (1, 2, 3), config=CONFIGS[0]).float() - want).abs().max().item() < 2e-3
+
+
+def test_tuned_then_launched_straight_per_size_class(na3d_triton):
+    """The first call of a key autotunes; later calls (and the grid's later bh chunks) launch the
+    chosen tile directly. Both, and a second size class, compute the same function."""
+    from kernels import na3d_triton as mod
+
+    mod._CHOSEN.clear()
+    for shape in ((1, 4, 9, 10, 2, 64), (1, 8, 16, 16, 4, 64), (1, 1, 2, 4, 70000, 16)):  # classes -4, 0, 4
+        kernel = (1, 2, 3) if shape[1] == 1 else (3, 5, 5)
+        q, k, v = rand(shape, torch.float16)
+        want = na3d_reference(q.float(), k.float(), v.float(), kernel)
+        for _ in range(2):
+            assert (na3d_triton(q, k, v, kernel).float() - want).abs().max().item() < 2e-3
+    assert len({key[-1] for key in mod._CHOSEN}) == 3  # three size classes, each tuned once
 
 
 def test_registry_auto_picks_triton_on_cuda():

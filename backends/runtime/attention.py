@@ -68,12 +68,28 @@ def available_backends(q: torch.Tensor, capability: Capability | None = None) ->
     return result
 
 
+# (backend, device, dtype, head_dim) -> the concrete backend, for this machine's live capability:
+# the decoder makes hundreds of NA calls per decode, and deciding costs more than a small kernel.
+_CHOSEN: dict[tuple, str] = {}
+
+
 def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capability | None = None) -> str:
     """The concrete backend `backend` means for `q`; raises BackendUnavailable with the reason.
 
     `auto` is the profile resolution's own choice (`na_auto_choice`) for these tensors; `natten` takes
-    NATTEN's own kernel order.
+    NATTEN's own kernel order. With the live capability (`capability` None) a choice is decided
+    once per (backend, device, dtype, head_dim).
     """
+    if capability is not None:
+        return _choose(q, backend, capability)
+    key = (backend, q.device, q.dtype, q.shape[-1])
+    chosen = _CHOSEN.get(key)
+    if chosen is None:
+        chosen = _CHOSEN[key] = _choose(q, backend, None)
+    return chosen
+
+
+def _choose(q: torch.Tensor, backend: str, capability: Capability | None) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown NA backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     avail = available_backends(q, capability)
@@ -82,7 +98,7 @@ def choose_backend(q: torch.Tensor, backend: str = "auto", capability: Capabilit
         if choice is None:
             raise BackendUnavailable("no NA backend can run these tensors: "
                                      + "; ".join(f"{n}: {a.reason}" for n, a in avail.items() if not a.available))
-        return choose_backend(q, choice.value, capability) if choice is NABackend.NATTEN else choice.value
+        return _choose(q, choice.value, capability) if choice is NABackend.NATTEN else choice.value
     if backend == "natten":
         if not avail["natten"].available:
             raise BackendUnavailable(f"natten cannot run here: {avail['natten'].reason}")
@@ -125,12 +141,22 @@ def _natten(kernel: str) -> Callable:
 
 
 def _ops(name: str) -> Callable:
+    """The kernel itself when called eagerly; its custom op while torch.compile traces (the op's
+    dispatch costs 10-30 us a call, more than a small NA kernel takes)."""
+    op = _na3d_triton_op if name == "triton" else _na3d_eager_op
+    if name == "triton":
+        from kernels.na3d_triton import na3d_triton as direct
+    else:
+        from kernels.na3d_eager import na3d_eager as direct
+
     def run(q, k, v, kernel_size, *, scale, is_causal):
-        op = _na3d_triton_op if name == "triton" else _na3d_eager_op
-        return op(q, k, v, list(kernel_size), list(is_causal), float(scale))
+        if torch.compiler.is_compiling():
+            return op(q, k, v, list(kernel_size), list(is_causal), float(scale))
+        return direct(q, k, v, kernel_size, scale=scale, is_causal=is_causal)
     return run
 
 
+@functools.cache
 def implementation(name: str) -> Callable:
     """The function behind concrete backend `name`: f(q, k, v, kernel, *, scale, is_causal)."""
     if name.startswith("natten:"):
@@ -150,7 +176,12 @@ def na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3,
     """3D neighborhood attention on (B, T, H, W, heads, head_dim) tensors with the chosen backend."""
     kernel, causal = check_na3d(q, k, v, kernel_size, is_causal)
     name = choose_backend(q, backend, capability)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if name == "triton" and not torch.compiler.is_compiling():  # checked above: straight to the launch
+        from kernels.na3d_triton import launch, SUPPORTED_DTYPES, MAX_HEAD_DIM
+
+        if q.dtype in SUPPORTED_DTYPES and q.shape[-1] <= MAX_HEAD_DIM:
+            return launch(q, k, v, kernel, causal, scale)
     return implementation(name)(q, k, v, kernel, scale=scale, is_causal=causal)
 
 

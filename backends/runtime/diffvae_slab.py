@@ -23,6 +23,10 @@ from kernels.qk_norm_rope import EPS, qk_norm_rope, rope_tables
 def _qk_norm_rope_op(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor, thw: list[int], split: list[int], q_scale: float,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _qk_norm_rope(qkv, heads, norm_weight, cos, sin, thw, split, q_scale, eps)
+
+
+def _qk_norm_rope(qkv, heads, norm_weight, cos, sin, thw, split, q_scale, eps):
     return qk_norm_rope(qkv, heads, norm_weight, cos, sin, tuple(thw), tuple(split), q_scale, eps)
 
 
@@ -46,7 +50,8 @@ def slab_attention(attention_function, attn, x_chunk: torch.Tensor, w_pos: torch
     y = F.rms_norm(x_chunk, (dim,), norm_weight, EPS) * (1.0 + scale) + shift
     qkv = F.linear(y, torch.cat([q_w, k_w, v_w]), torch.cat([q_b, k_b, v_b]))
     cos, sin = rope_tables(t, h, w_pos, inv_t, inv_h, inv_w)
-    q, k = _qk_norm_rope_op(qkv, num_heads, torch.stack([q_norm_w, k_norm_w]), cos, sin, [t, h, w],
+    fused = _qk_norm_rope_op if torch.compiler.is_compiling() else _qk_norm_rope  # eager: no op dispatch
+    q, k = fused(qkv, num_heads, torch.stack([q_norm_w, k_norm_w]), cos, sin, [t, h, w],
                             [d_t, d_h, d_w], float(attn_scale), EPS)
     v = qkv[..., 2 * dim:].unflatten(-1, (num_heads, head_dim))
     out = attention_function(attn, q, k, v)
