@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -44,10 +44,23 @@ class Candidate:
     max_error: float | None = None
     reason: str = ""
     seconds: float | None = None  # what measuring it took (worker start to answer)
+    warmup_s: float | None = None  # its first call in a fresh process, compile caches cold (compile included)
+    warmup_cached_s: float | None = None  # the same in a second fresh process, ltx-tui's compile cache warm
 
     @property
     def label(self) -> str:
         return self.value.replace(":", " ")
+
+    @property
+    def first_call_s(self) -> float:
+        """Seconds of its first call in a later process: with the compile cache warm where measured,
+        else cold, else one steady call."""
+        first = self.warmup_cached_s if self.warmup_cached_s is not None else self.warmup_s
+        return first if first is not None else self.ms / 1000
+
+    def run_s(self, calls: int) -> float:
+        """Seconds for `calls` calls in one process: the first call, then calls - 1 at the steady time."""
+        return self.first_call_s + (calls - 1) * self.ms / 1000
 
 
 @dataclass(frozen=True)
@@ -60,18 +73,22 @@ class Tuned:
     written: str = ""
     budget_s: float | None = None
     notes: tuple[str, ...] = field(default=())
+    runs: int = 1  # generations a process runs (`--tune --runs N`): what a compile is paid over
 
-    def ranked(self, option: str) -> list[Candidate]:
-        """The measured (accurate) candidates of `option`, fastest first."""
+    def ranked(self, option: str, calls: int | None = None) -> list[Candidate]:
+        """The measured (accurate) candidates of `option`, fastest first: by steady time, or with
+        `calls` by the seconds of that many calls in one process (`Candidate.run_s`)."""
         return sorted((c for c in self.candidates if c.option == option and c.status == "measured"),
-                      key=lambda c: c.ms)
+                      key=lambda c: c.ms if calls is None else c.run_s(calls))
 
-    def chosen(self) -> dict[str, str]:
-        """The fastest accurate value of every option with a measurement."""
+    def chosen(self, calls: dict[str, int] | None = None) -> dict[str, str]:
+        """The fastest accurate value of every option with a measurement (`calls`: per option, the
+        calls a run makes, for the options whose first call compiles)."""
         out: dict[str, str] = {}
         for c in self.candidates:
-            if c.option not in out and self.ranked(c.option):
-                out[c.option] = self.ranked(c.option)[0].value
+            ranked = self.ranked(c.option, (calls or {}).get(c.option))
+            if c.option not in out and ranked:
+                out[c.option] = ranked[0].value
         return out
 
     def why(self, option: str, value: str) -> str:
@@ -84,7 +101,7 @@ class Tuned:
 
     def to_dict(self) -> dict[str, Any]:
         return {"shapes": self.shapes, "written": self.written, "budget_s": self.budget_s, "notes": list(self.notes),
-                "candidates": [asdict(c) for c in self.candidates]}
+                "runs": self.runs, "candidates": [asdict(c) for c in self.candidates]}
 
 
 def _ms(ms: float) -> str:
@@ -168,14 +185,23 @@ def _read(cap: Capability) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
+FIELDS = tuple(f.name for f in fields(Candidate))
+TIMES = ("warmup_s", "warmup_cached_s")
+
+
 def _from_entry(fingerprint: str, entry: Any) -> Tuned | None:
+    """A cache entry as a Tuned; None when it is not one. Fields an older ltx-tui did not write
+    (warm-up times, runs) get their defaults; fields a newer one adds are ignored."""
     try:
-        candidates = tuple(Candidate(**c) for c in entry["candidates"])
+        candidates = tuple(Candidate(**{k: v for k, v in c.items() if k in FIELDS}) for c in entry["candidates"])
         if any(c.status not in STATUSES or (c.status == "measured" and not isinstance(c.ms, (int, float)))
-               for c in candidates):
+               or any(not isinstance(getattr(c, t), (int, float, type(None))) for t in TIMES) for c in candidates):
+            return None
+        runs = entry.get("runs", 1)
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
             return None
         return Tuned(fingerprint, str(entry["shapes"]), candidates, str(entry.get("written", "")),
-                     entry.get("budget_s"), tuple(entry.get("notes", ())))
+                     entry.get("budget_s"), tuple(entry.get("notes", ())), runs)
     except (KeyError, TypeError, AttributeError):
         return None
 
