@@ -30,3 +30,23 @@ def test_apply_env_sets_them_before_anything_compiles(tmp_path, monkeypatch):
     env = {}
     apply_env(Profile().replace(**{"memory.expandable_segments": False}), env)
     assert set(env) == set(ENV) and all(str(tmp_path) in v for v in env.values())
+
+
+def test_what_a_process_compiled_elsewhere_is_merged_in_keeping_what_is_there(tmp_path):
+    from backends.runtime.compile_cache import merge_compile_caches
+
+    src = tmp_path / "cold"
+    (src / "inductor" / "fx" / "ab").mkdir(parents=True)
+    (src / "inductor" / "fx" / "ab" / "graph").write_text("new graph")
+    (src / "inductor" / "kept").write_text("new")
+    (src / "triton" / "k1").mkdir(parents=True)
+    (src / "triton" / "k1" / "kernel.cubin").write_text("cubin")
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind"), "TRITON_CACHE_DIR": str(tmp_path / "tri")}
+    (tmp_path / "ind").mkdir()
+    (tmp_path / "ind" / "kept").write_text("old")
+    assert merge_compile_caches(src, env) == 2
+    assert (tmp_path / "ind" / "fx" / "ab" / "graph").read_text() == "new graph"
+    assert (tmp_path / "ind" / "kept").read_text() == "old"  # an entry already there is not replaced
+    assert (tmp_path / "tri" / "k1" / "kernel.cubin").read_text() == "cubin"
+    assert not list(tmp_path.rglob("*.part"))
+    assert merge_compile_caches(tmp_path / "nothing", env) == 0

@@ -7,12 +7,15 @@ chunked_compile decode on the H200). `use_compile_caches()` points both into
 `<user cache>/ltx-tui/compile/<key>/` before anything compiles, keyed, like the tune cache, by
 what decides the compiled code (torch, triton and Python versions; the caches key each entry by
 graph, device and compiler themselves). A directory already set in the environment is kept.
+`merge_compile_caches()` copies what a process compiled into a directory of its own into them
+(the tune compiles its first candidate process into an empty one, to time a cold compile).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import MutableMapping
@@ -52,3 +55,24 @@ def use_compile_caches(environ: MutableMapping[str, str] | None = None) -> dict[
             root = root or compile_cache_root()
             environ[var] = str(root / sub)
     return {var: environ[var] for var in ENV}
+
+
+def merge_compile_caches(src: Path, environ: MutableMapping[str, str] | None = None) -> int:
+    """Copy the Inductor and Triton caches under `src` (`src/inductor`, `src/triton`, as a process
+    with TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR there wrote them) into the caches this process's
+    environment names, else ltx-tui's (`environ` is not changed); a file already there is kept.
+    Each file lands whole (a temporary name, then a rename). Returns the files copied."""
+    dirs = use_compile_caches(dict(os.environ if environ is None else environ))
+    copied = 0
+    for var, sub in ENV.items():
+        root, into = src / sub, Path(dirs[var])
+        for path in sorted(root.rglob("*")) if root.is_dir() else ():
+            target = into / path.relative_to(root)
+            if path.is_dir() or path.is_symlink() or target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{target.name}.{os.getpid()}.part")
+            shutil.copyfile(path, partial)
+            os.replace(partial, target)
+            copied += 1
+    return copied
