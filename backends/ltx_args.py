@@ -1,9 +1,9 @@
 """The ltx-pipelines (v1.2.0) command line and environment equivalent to a plan.
 
-Flags carry the profile's values; an option the plan cannot run here is left out with the
-reason, options LTX-2 has no flag for are listed as comments, and so are the plan's fallbacks
-and warnings (several say what LTX-2's own pipeline would do differently from ltx-tui's
-runtime). Nothing is dropped silently. Text from paths, files or NVML reaches the script only
+Flags carry the profile's values (for `auto` what the plan decided here, with a comment saying
+why); an option the plan cannot run here is left out with the reason, options LTX-2 has no flag
+for are listed as comments, and so are the plan's fallbacks and warnings (several say what
+LTX-2's own pipeline would do differently from ltx-tui's runtime). Nothing is dropped silently. Text from paths, files or NVML reaches the script only
 in comments, with control characters escaped (a newline in a file name cannot start a command),
 or as a quoted shell word.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from backends.config.options import OffloadMode, show_value
 from backends.config.plan import Plan
 from backends.config.rules import Status
+from backends.config.run_length import UNIT
 from backends.config.values import value
 from backends.machine.text import printable, shell_word
 
@@ -53,9 +54,12 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
     else:  # what the *_mgpu command lines would run instead of the profile's value is an error of the plan
         notes += [f"{option} = {show_value(p.get(option))} left out: {plan[option].message}"
                   for option in ("transformer.quantization", "offload.mode") if plan[option].status is Status.ERROR]
-    if p.compile.enabled:
-        flag("compile.mode", " ".join(p.compile.ltx2_flag()))
-    flag("diffvae.mode", value("diffvae.mode", p.diffvae.mode).flag)
+    pinned = plan.pinned()  # what auto decided here, as LTX-2's flags say it
+    if plan["compile.enabled"].effective:
+        flag("compile.mode", " ".join(pinned.compile.ltx2_flag()))
+    flag("diffvae.mode", value("diffvae.mode", pinned.diffvae.mode).flag)
+    notes += [f"{key} = auto -> {show_value(plan[key].effective)}: {plan[key].chain[0].reason}"
+              for key in UNIT if str(p.get(key)) == "auto" and plan[key].effective is not None]
     notes.append(f"memory.max_batch_size = {p.memory.max_batch_size}: --max-batch-size is read only by some pipeline "
                  f"modules (not {PIPELINE} nor the *_mgpu ones); add it where your module reads it")
     no_flag = list(NO_FLAG)

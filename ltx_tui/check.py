@@ -17,6 +17,7 @@ from backends.machine import capability as capmod
 from backends.machine import textfile
 from backends.machine.text import printable
 from backends.machine.presets import load_capability
+from backends.config.run_length import run_calls
 from backends.machine.tuned import load_tuned
 from backends.config import profile as profmod
 from backends import smoke as smokemod
@@ -323,7 +324,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
                         "warnings": warnings},
             "capability_warnings": cap_warnings,
             "tuned": None if tuned is None else {"shapes": tuned.shapes, "written": tuned.written,
-                                                 "chosen": tuned.chosen()},
+                                                 "chosen": tuned.chosen(run_calls(tuned))},
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),

@@ -133,3 +133,12 @@ def with_package(cap: Capability, name: str, **details) -> Capability:
     packages = dict(cap.packages)
     packages[name] = Package(name, packages[name].module, True, "test", details=details)
     return dataclasses.replace(cap, packages=packages)
+
+
+def decided(**values) -> "Profile":
+    """A profile whose `auto` of the options whose first call compiles is decided as a plan without
+    measurements decides it (`run_length.PRIOR`): what the launcher's flag policy judges."""
+    from backends.config.options import Profile
+    from backends.config.run_length import PRIOR
+
+    return Profile().replace(**{**PRIOR, **values})

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from textual.widgets import Static
 
-from backends.config.options import OPTIONS
+from backends.config.options import OPTIONS, CompileEnabled
 from backends.machine.presets import preset
 from fakes import FakeNvml, NVMLError_LibraryNotFound, NVMLError_NoPermission, fake_gpu
 from ltx_tui.app import LtxTuiApp
@@ -59,7 +59,7 @@ async def test_palette_sets_an_option_and_the_validation_follows():
         hits = await palette(pilot, "set compile.enabled = true", typed=True)
         assert hits[0] == "set compile.enabled = true"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.profile.compile.enabled is True)
+        await wait_for(pilot, lambda: app.profile.compile.enabled is CompileEnabled.TRUE)
         assert app.dirty and "*" in app.sub_title
         assert re.search(r"compile\.enabled +true +→ true +ok", entry(app, "compile.enabled"))
         assert re.search(r"→ default +ok", entry(app, "compile.mode"))  # no longer unused

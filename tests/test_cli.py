@@ -192,7 +192,9 @@ def test_closed_pipe_is_quiet(capsys, monkeypatch):
 def test_explain_prints_values_rules_runtime_and_flag(capsys):
     code, out, _ = run(capsys, "--explain", "diffvae.mode", "--capability", "h100")
     assert code == 0
-    assert "values:   one of 'chunked_eager'" in out and "diffvae.combined-needs-natten" in out
+    assert "values:   one of 'auto', 'chunked_eager'" in out and "(default auto)" in out
+    assert "diffvae.combined-needs-natten" in out
+    assert "auto (prior, not measured here" in out  # without a tune auto keeps LTX-2's layout, saying why
     assert "runtime:  LTX-2 DiffusionVideoDecoder: chunked_eager layout" in out
     assert "LTX-2:    --diffvae-optimization MODE" in out
     code, _, err = run(capsys, "--explain", "compile.mod")

@@ -10,24 +10,25 @@ from backends.config.options import Profile
 from backends.launch import flags
 from backends.machine import runs
 from backends.machine.runs import ModelRecord, RunRecord, StageRecord
+from fakes import decided
 from ltx_tui.cli import main
 
 ARGS = ["--distilled-checkpoint-path", "/m.safetensors", "--prompt", "a cat", "--width", "768"]
 
 
 def profile(**values) -> Profile:
-    return Profile().replace(**values)
+    return decided(**values)
 
 
 def test_no_speed_flags_pass_through_and_ltx_tui_applies_the_rest():
-    p = flags.policy(ARGS, Profile())
+    p = flags.policy(ARGS, profile())
     assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager") and p.verdicts == ()
     assert p.dit_steps == ("dense_attention", "quantize", "compile")
     assert p.decoder_steps == ("diffvae_layout", "na_backend")
 
 
 def test_a_flag_that_disagrees_conflicts_naming_both():
-    p = flags.policy(ARGS + ["--quantization", "fp8-cast"], Profile())
+    p = flags.policy(ARGS + ["--quantization", "fp8-cast"], profile())
     (v,) = p.conflicts
     assert v.flag == "--quantization fp8-cast" and v.option == "transformer.quantization"
     assert "transformer.quantization = none" in v.detail
@@ -72,7 +73,7 @@ def test_a_bare_compile_means_ltx2s_defaults():
 
 
 def test_max_batch_size_compares_by_value():
-    assert not flags.policy(["--max-batch-size", "01"], Profile()).conflicts
+    assert not flags.policy(["--max-batch-size", "01"], profile()).conflicts
 
 
 def test_compile_keys_compare_by_value():
@@ -284,3 +285,45 @@ def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, mon
     monkeypatch.setattr(runs, "LEDGER_LIMIT", line + line // 2)  # the newest line and half of the one before
     ledger = runs.load(path)
     assert [r.id for r in ledger.records] == ["20261130-220002-aaaa"] and ledger.skipped == 0
+
+
+# --- auto of compile and the decoder layout under `ltx-tui run` ------------------------------------
+
+@pytest.mark.parametrize("module, args, forwards, words", [
+    ("ltx_pipelines.distilled", [], 11, "LTX-2's distilled schedule, 8 + 3 steps"),
+    ("ltx_pipelines.distilled_mgpu", ["--num-inference-steps", "50"], 11, "distilled schedule"),
+    ("ltx_pipelines.ti2vid_one_stage", ["--num-inference-steps", "40"], 40, "--num-inference-steps 40"),
+    ("ltx_pipelines.ti2vid_two_stages", [], 33, "30 steps, the fewer of LTX-2's defaults + 3 stage-2 steps"),
+])
+def test_a_run_is_one_generation_of_the_modules_dit_forwards(module, args, forwards, words):
+    from backends.launch.run import run_length
+
+    length = run_length(module, tuple(args))
+    assert (length.runs, length.dit_forwards) == (1, forwards) and words in length.source
+
+
+def test_the_flag_policy_judges_a_decided_profile_only():
+    with pytest.raises(ValueError, match="Plan.pinned"):
+        flags.policy(ARGS, Profile())
+
+
+@pytest.mark.ltx2
+def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(ltx2_pipelines):
+    from backends.launch import run as launcher
+    from backends.machine.capability import probe
+    from backends.machine.tuned import Candidate, Tuned, store_tuned
+
+    cap = probe()
+    store_tuned(cap, Tuned(cap.fingerprint(), "768x512x121", (
+        Candidate("compile.enabled", "false", "measured", 447.0, 1e-3, "", 5.0, 0.6),
+        Candidate("compile.enabled", "true", "measured", 361.0, 1e-3, "", 12.0, 8.1, 2.2))))
+    long_run = launcher.prepare(None, "ltx_pipelines.ti2vid_one_stage",
+                                ["--num-inference-steps", "40", "--compile"], capability=cap, dry_run=True)
+    d = long_run.plan["compile.enabled"]
+    assert d.effective is True and "over 1 run of 40 DiT forwards (ti2vid_one_stage: --num-inference-steps 40" \
+        in d.chain[-1].reason
+    assert [v.verdict for v in long_run.policy.verdicts] == ["agrees"] and "compile" in long_run.policy.dit_steps
+    with pytest.raises(launcher.LaunchError) as e:  # 11 distilled forwards do not pay for the compile
+        launcher.prepare(None, "ltx_pipelines.distilled", ["--compile"], capability=cap)
+    assert "the profile has compile.enabled = false" in str(e.value)
+    assert "(auto decided by the plan: compile.enabled = false, diffvae.mode = chunked_eager)" in str(e.value)

@@ -23,10 +23,11 @@ from backends.config.options import Profile
 from backends.launch import flags, gate, hooks
 from backends.machine import runs
 from backends.machine.runs import RunRecord, StageRecord
+from fakes import decided
 from ltx_tui.cli import main
 
 ARGS = ["--distilled-checkpoint-path", "/m.safetensors", "--prompt", "a cat"]
-FP8 = Profile().replace(**{"transformer.quantization": "fp8-cast"})
+FP8 = decided(**{"transformer.quantization": "fp8-cast"})
 
 
 # --- the flag policy (pure) -------------------------------------------------------------------
@@ -55,7 +56,7 @@ def test_flags_the_multi_gpu_modules_would_drop_are_refused_saying_what_would_ha
 ])
 def test_a_profile_asking_what_the_ranks_would_not_do_is_refused(values, words):
     with pytest.raises(flags.ProfileConflict) as e:
-        flags.policy(ARGS, Profile().replace(**values), multi_gpu=True)
+        flags.policy(ARGS, decided(**values), multi_gpu=True)
     assert words in str(e.value)
 
 
@@ -567,7 +568,8 @@ def test_the_run_is_what_its_ranks_recorded(ltx2_pipelines, tiny, tmp_path, monk
     from backends.config.plan import resolve
     from backends.machine.presets import preset
 
-    monkeypatch.setattr(launcher, "_plan", lambda profile, capability, run_shape=None: resolve(profile, preset("h200x2")))
+    monkeypatch.setattr(launcher, "_plan", lambda profile, capability, run_shape=None, length=None:
+                        resolve(profile, preset("h200x2"), length=length))
     ledger = tmp_path / "runs.jsonl"
     assert main(["run", "--profile", str(prof), "--ledger", str(ledger), "--", "ltx_pipelines.distilled_mgpu",
                  *_mgpu_args(tiny, tmp_path)]) == code

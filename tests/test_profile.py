@@ -19,7 +19,7 @@ BROKEN_CASES = {
     "syntax_error.toml": (3, ["TOML syntax error"]),
     "unknown_table.toml": (3, ["unknown table [difvae]", "did you mean 'diffvae'"]),
     "unknown_key.toml": (4, ["transformer.quantisation", "did you mean 'quantization'"]),
-    "wrong_type.toml": (4, ["compile.enabled", "expected true or false", '"yes"']),
+    "wrong_type.toml": (4, ["compile.enabled", 'expected true, false or "auto"', '"yes"']),
     "out_of_range.toml": (5, ["offload.gpu_slots", "out of range", ">= 1"]),
     "float_out_of_range.toml": (5, ["transformer.sla_topk", "1.5", "> 0 and <= 1"]),
     "unknown_enum.toml": (4, ["transformer.quantization", '"fp8" is not allowed', "'fp8-cast'", "did you mean"]),
@@ -102,6 +102,18 @@ def test_every_key_fixture_reads_every_value():
     assert profile.parallel.devices == (0,)
     assert profile.transformer.sla_topk == 0.25
     assert profile.generated.capability_source == "preset:h100"
+
+
+def test_compile_enabled_reads_booleans_and_auto_and_writes_them_as_toml_has_them():
+    from backends.config.options import CompileEnabled, DiffVAEMode
+
+    assert Profile().compile.enabled is CompileEnabled.AUTO and Profile().diffvae.mode is DiffVAEMode.AUTO
+    old = prof.parse({"compile": {"enabled": True}})[0]  # a profile written before auto
+    assert old.compile.enabled is CompileEnabled.TRUE
+    assert prof.parse({"compile": {"enabled": False}})[0].compile.enabled is CompileEnabled.FALSE
+    assert prof.parse({"compile": {"enabled": "auto"}, "diffvae": {"mode": "auto"}})[0] == Profile()
+    assert "enabled = true\n" in prof.dumps(old) and 'enabled = "auto"\n' in prof.dumps(Profile())
+    assert 'mode = "auto"\n' in prof.dumps(Profile())
 
 
 def test_save_is_deterministic_and_loads_back(tmp_path):

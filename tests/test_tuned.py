@@ -7,6 +7,7 @@ import pytest
 
 from backends.config.options import Profile
 from backends.config.plan import resolve
+from backends.config.run_length import run_calls
 from backends.config.rules import Status
 from backends.machine import tuned as tunedmod
 from backends.machine.presets import preset
@@ -104,3 +105,106 @@ def test_stale_or_broken_caches_are_ignored(cache_home):
     assert load_tuned(cap) is None
     store_tuned(cap, T(cap, (NA, "triton", "measured", 4.0, 1e-3)))  # a broken file is rewritten
     assert load_tuned(cap) is not None
+
+
+# --- auto of the options whose first call compiles: decided for the run's length ----------------
+
+MODE, COMPILE = "diffvae.mode", "compile.enabled"
+
+
+def whole_run(cap):
+    """Decoder and DiT candidates with the H200's figures (bench/RESULTS.md): a compiled first call
+    27.1 s cold, 3.27 s from the warm cache; the DiT's blocks 8.1 s cold, 2.2 s warm."""
+    return T(cap, (MODE, "chunked_eager", "measured", 1190.0, 1e-3, "", 9.0, 1.5),
+             (MODE, "chunked_compile", "measured", 550.0, 1e-3, "", 40.0, 27.1, 3.27),
+             (COMPILE, "false", "measured", 447.0, 1e-3, "", 5.0, 0.6),
+             (COMPILE, "true", "measured", 361.0, 1e-3, "", 12.0, 8.1, 2.2))
+
+
+def test_auto_counts_the_compile_over_the_runs_length():
+    from backends.config.run_length import RunLength
+
+    cap = live()
+    one = resolve(Profile(), cap, whole_run(cap))  # one distilled generation: 1 decode, 11 DiT forwards
+    assert one[MODE].effective == "chunked_eager" and one[COMPILE].effective is False
+    assert "chunked_eager 1.19 s/decode + 0.31 s first call = 1.5 s beats chunked_compile 0.55 s/decode + 2.72 s " \
+           "compile (cached) = 3.27 s over 1 run (1 decode)" in one[MODE].chain[-1].reason
+    assert "over 1 run of 11 DiT forwards (LTX-2's distilled schedule" in one[COMPILE].chain[-1].reason
+    assert one.step("compile") is None and one.step("diffvae_layout").args["mode"] == "chunked_eager"
+    five = resolve(Profile(), cap, whole_run(cap), RunLength(runs=5))
+    assert five[MODE].effective == "chunked_compile" and five[COMPILE].effective is True
+    assert five[MODE].status is Status.OK and "chunked_compile 0.55 s/decode" in five[MODE].chain[-1].reason
+    assert five.step("compile") is not None and five.step("diffvae_layout").args["compile"]
+    assert five.pinned().diffvae.mode.value == "chunked_compile" and five.pinned().compile.enabled.value == "true"
+    long_run = resolve(Profile(), cap, whole_run(cap), RunLength(dit_forwards=40, source="40 steps"))
+    assert long_run[COMPILE].effective is True and long_run[MODE].effective == "chunked_eager"
+
+
+def test_a_cold_compile_counts_when_the_warm_cache_was_not_measured():
+    from backends.config.run_length import RunLength
+
+    cap = live()
+    cold = T(cap, (MODE, "chunked_eager", "measured", 1190.0, 1e-3, "", 9.0, 1.5),
+             (MODE, "chunked_compile", "measured", 550.0, 1e-3, "", 40.0, 27.1))
+    d = resolve(Profile(), cap, cold, RunLength(runs=5))[MODE]
+    assert d.effective == "chunked_eager" and "26.6 s compile (cold cache)" in d.chain[-1].reason
+
+
+def test_without_measurements_auto_is_the_prior_and_a_pinned_value_is_kept():
+    cap = live()
+    plan = resolve(Profile(), cap)
+    assert plan[MODE].effective == "chunked_eager" and "prior, not measured here" in plan[MODE].chain[-1].reason
+    assert plan[COMPILE].effective is False and "prior" in plan[COMPILE].chain[-1].reason
+    assert plan["compile.mode"].effective is None  # unused: auto runs eager
+    pinned = resolve(Profile().replace(**{MODE: "combined_compile", COMPILE: True}), cap, whole_run(cap))
+    assert pinned[MODE].effective == "combined_compile" and pinned[COMPILE].effective is True
+    assert "auto" not in pinned[MODE].chain[-1].reason
+
+
+def test_auto_never_picks_what_only_another_kernel_family_runs_and_keeps_ltx2s_warning():
+    cap = without(live(), "natten")
+    tuned = T(cap, (MODE, "chunked_eager", "measured", 1190.0, 1e-3), (MODE, "combined_compile", "measured", 5.0,
+                                                                      1e-3, "", 9.0, 1.0, 1.0))
+    d = resolve(Profile(), cap, tuned)[MODE]
+    assert d.effective == "combined_compile" and d.status is Status.WARNING  # ltx-tui runs it; LTX-2 would raise
+    assert d.rules == ("diffvae.combined-needs-natten",) and d.chain[0].reason.startswith("auto (fastest measured")
+
+
+def test_auto_compile_over_several_gpus_warns_of_the_barrier():
+    from backends.config.run_length import RunLength
+
+    cap = live("h200x2")
+    prof = Profile().replace(**{"parallel.gpus": 2, "transformer.quantization": "fp8-cast"})
+    d = resolve(prof, cap, whole_run(cap), RunLength(runs=5))[COMPILE]
+    assert d.effective is True and d.status is Status.WARNING and d.rules == ("parallel.compile-barrier",)
+    assert resolve(prof, cap, whole_run(cap))[COMPILE].status is Status.OK  # auto ran eager: no barrier
+
+
+def test_ltx_args_say_what_auto_decided():
+    from backends.config.run_length import RunLength
+    from backends.ltx_args import ltx_args
+
+    cap = live()
+    text = ltx_args(resolve(Profile(), cap, whole_run(cap), RunLength(runs=5)))
+    assert "    --compile \\\n    --diffvae-optimization chunked_compile" in text
+    assert "# diffvae.mode = auto -> chunked_compile: auto (fastest measured here" in text
+    assert "--compile" not in ltx_args(resolve(Profile(), cap, whole_run(cap)))
+
+
+def test_an_old_cache_without_warm_up_times_or_runs_still_loads(cache_home):
+    cap = live()
+    path = store_tuned(cap, whole_run(cap))
+    data = json.loads(path.read_text())
+    (entry,) = data["entries"].values()
+    assert entry["runs"] == 1 and entry["candidates"][1]["warmup_cached_s"] == 3.27
+    del entry["runs"]
+    for c in entry["candidates"]:
+        del c["warmup_s"], c["warmup_cached_s"]
+        c["a_later_field"] = 1  # what a newer ltx-tui adds is ignored
+    path.write_text(json.dumps(data))
+    old = load_tuned(cap)
+    assert old.runs == 1 and {c.warmup_s for c in old.candidates} == {None}
+    assert old.chosen(run_calls(old)) == {MODE: "chunked_compile", COMPILE: "true"}  # steady times alone
+    entry["candidates"][0]["warmup_s"] = "slow"
+    path.write_text(json.dumps(data))
+    assert load_tuned(cap) is None

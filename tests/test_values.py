@@ -7,7 +7,7 @@ import pytest
 
 from backends.config.ltx2_shapes import DEFAULT_RUN
 from backends.config.memory import plan_memory
-from backends.config.options import OPTIONS, Kind, Profile
+from backends.config.options import OPTIONS, Kind, Profile, show_value
 from backends.config.plan import STEP_ORDER, explain, resolve
 from backends.config.rules import RULES, Status
 from backends.config.values import LOADER, NOBODY, RUNTIME, VALUES, value
@@ -39,8 +39,8 @@ def test_descriptor_is_consistent(key, v):
     if key == "transformer.quantization":
         assert about.weight_bytes and about.bound is not None
         assert bool(about.runner == RUNTIME and about.step) == (v in quant.BUILDERS)
-    if key == "diffvae.mode":
-        assert about.decode_coef and about.bound is not None
+    if key == "diffvae.mode":  # auto's memory is its pick's
+        assert (about.decode_coef is not None) == (v != "auto") and about.bound is not None
     if key == "compile.mode":
         assert (about.without_graphs is not None) == about.cuda_graphs and about.bound is not None
     if about.tuned:
@@ -49,7 +49,7 @@ def test_descriptor_is_consistent(key, v):
 
 def _profile(key, v):
     values = {key: v}
-    if key.startswith("compile."):
+    if key.startswith("compile.") and key != "compile.enabled":
         values["compile.enabled"] = True
     if v == "blackwell_dsl":
         values.update({"diffvae.mode": "blackwell_dsl", "diffvae.na_backend": "blackwell_dsl"})
@@ -72,13 +72,13 @@ def test_every_consumer_handles_every_value(key, v):
         explain(key, plan)
         plan_checks(plan)
         try:
-            flags.policy(("--prompt", "x"), profile)
+            flags.policy(("--prompt", "x"), plan.pinned())
         except flags.FlagConflict:
             pass
         if about.runner == NOBODY:
             assert d.status is Status.ERROR, (machine, d)  # never ok for what nothing runs
         runs = d.status is not Status.ERROR and d.effective is not None and not plan.blocking
-        if not (runs and about.step and str(d.effective) == v):
+        if not (runs and about.step and show_value(d.effective) == v):
             continue
         step = plan.step(about.step)
         assert step is not None, (machine, key, v)

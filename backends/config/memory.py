@@ -410,7 +410,7 @@ _NOT_RUN = 1 << 62  # the "peak" of a fix the plan would not run: never lower, n
 def _peak(plan: Plan, values: dict, shapes: RunShapes, tiles: int) -> int:
     """The peak with `values` changed in the profile, planned again on the same machine (a change
     the new plan cannot run, e.g. offload on several GPUs, lowers nothing)."""
-    changed = resolve(plan.profile.replace(**values), plan.capability, plan.tuned) if values else plan
+    changed = resolve(plan.profile.replace(**values), plan.capability, plan.tuned, plan.length) if values else plan
     if any(changed[k].status is Status.ERROR and plan[k].status is not Status.ERROR for k in values):
         return _NOT_RUN
     return max(x.peak_bytes for x in _stages(Effective.of(changed), shapes, tiles))

@@ -27,8 +27,13 @@ class _Choice(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def plain(self) -> Any:
+        """The value as TOML and JSON hold it."""
+        return self.value
+
 
 class DiffVAEMode(_Choice):
+    AUTO = "auto"
     CHUNKED_EAGER = "chunked_eager"
     CHUNKED_COMPILE = "chunked_compile"
     COMBINED_COMPILE = "combined_compile"
@@ -84,6 +89,17 @@ class SparseAttention(_Choice):
     SAGESLA = "sagesla"
 
 
+class CompileEnabled(_Choice):
+    """compile.enabled: `true` / `false` as TOML booleans, or "auto"."""
+
+    AUTO = "auto"
+    TRUE = "true"
+    FALSE = "false"
+
+    def plain(self) -> Any:
+        return {"true": True, "false": False}.get(self.value, self.value)
+
+
 class CompileMode(_Choice):
     DEFAULT = "default"
     REDUCE_OVERHEAD = "reduce-overhead"
@@ -112,7 +128,7 @@ class OffloadMode(_Choice):
 
 @dataclass(frozen=True)
 class DiffVAE:
-    mode: DiffVAEMode = DiffVAEMode.CHUNKED_EAGER
+    mode: DiffVAEMode = DiffVAEMode.AUTO
     na_backend: NABackend = NABackend.AUTO
     natten_kernel: NattenKernel = NattenKernel.AUTO
 
@@ -129,7 +145,7 @@ class Transformer:
 
 @dataclass(frozen=True)
 class Compile:
-    enabled: bool = False
+    enabled: CompileEnabled = CompileEnabled.AUTO
     mode: CompileMode = CompileMode.DEFAULT
     backend: CompileBackend = CompileBackend.INDUCTOR
     fullgraph: bool = False
@@ -253,6 +269,8 @@ def toml_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, _Choice) and not isinstance(value.plain(), str):
+        return toml_value(value.plain())
     if isinstance(value, (int, float)):
         return f"{value:g}" if isinstance(value, float) else str(value)
     return '"' + str(value.value if isinstance(value, enum.Enum) else value).replace('"', '\\"') + '"'
@@ -301,6 +319,8 @@ class OptionSpec:
 
     def allowed(self) -> str:
         """What values are allowed, in words."""
+        if self.choices is CompileEnabled:
+            return 'true, false or "auto"'
         if self.choices is not None:
             return "one of " + ", ".join(repr(c.value) for c in self.choices)
         if self.kind is Kind.BOOL:
@@ -323,7 +343,7 @@ class OptionSpec:
         if self.kind is Kind.CHOICE:
             if isinstance(value, self.choices):
                 return value
-            if self.key == "compile.dynamic" and isinstance(value, bool):
+            if isinstance(value, bool) and {"true", "false"} <= {c.value for c in self.choices}:
                 value = "true" if value else "false"
             if not isinstance(value, str):
                 bad(f"expected {self.allowed()}, found {type_name(value)} {shown}")
@@ -401,9 +421,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_PIPELINE),
     OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",
                runtime=_PIPELINE),
-    OptionSpec("compile.enabled", Kind.BOOL, "torch.compile the transformer blocks.", runtime=_COMPILE,
-               rules=("parallel.compile-barrier",),
-               flag="--compile [KEY=VALUE ...] (omitted when disabled)"),
+    _choice("compile.enabled", CompileEnabled, "torch.compile the transformer blocks: true, false, or auto (the "
+            "fastest measured for the run's length, compile time counted).", runtime=_COMPILE,
+            rules=("parallel.compile-barrier",),
+            flag="--compile [KEY=VALUE ...] (omitted when disabled)"),
     _choice("compile.mode", CompileMode, "torch.compile mode; reduce-overhead and max-autotune use CUDA graphs.",
             rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
             runtime=_COMPILE, flag="--compile mode=VALUE"),

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
+from backends.config.run_length import UNIT, RunLength
 from backends.config.values import LOADER, RUNTIME, VALUES, value
 from backends.machine.capability import Capability
 from backends.machine.tuned import Tuned
@@ -50,6 +51,7 @@ class Plan:
     decisions: tuple[Decision, ...]
     steps: tuple[Step, ...]
     tuned: Tuned | None = None
+    length: RunLength | None = None  # the run's length `auto` decided for (None: `--tune --runs N`'s)
 
     def __iter__(self) -> Iterator[Decision]:
         return iter(self.decisions)
@@ -93,6 +95,13 @@ class Plan:
             return ""
         return "the profile cannot run here:\n" + "\n".join(
             f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in self.blocking)
+
+    def pinned(self) -> Profile:
+        """The profile with what `auto` of the options whose first call compiles (`diffvae.mode`,
+        `compile.enabled`) decided here written in: what LTX-2's flags say for this plan."""
+        values = {k: self[k].effective for k in UNIT
+                  if str(self.profile.get(k)) == "auto" and self[k].effective is not None}
+        return self.profile.replace(**values)
 
     def summary(self) -> Summary:
         return summarize(self.decisions)
@@ -154,12 +163,14 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
     return sorted(steps, key=lambda s: STEP_ORDER.index(s.kind))
 
 
-def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None) -> Plan:
+def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None,
+            length: RunLength | None = None) -> Plan:
     """Resolve `profile` on `capability` into decisions and runtime steps; `auto` values follow
-    `tuned` (what `ltx-tui --tune` measured on this machine: `machine.tuned.load_tuned`) when given."""
-    decisions = tuple(decide(profile, capability, tuned))
+    `tuned` (what `ltx-tui --tune` measured on this machine: `machine.tuned.load_tuned`) when given,
+    for a run of `length` (default: the generations `--tune --runs N` gave, of LTX-2's distilled schedule)."""
+    decisions = tuple(decide(profile, capability, tuned, length=length))
     by_key = {x.option: x for x in decisions}
-    return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned)
+    return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned, length)
 
 
 def first_device(profile: Profile, capability: Capability) -> str:
@@ -167,14 +178,15 @@ def first_device(profile: Profile, capability: Capability) -> str:
     return f"cuda:{(profile.parallel.devices or (0,))[0]}" if capability.cuda else "cpu"
 
 
-def plan_here(profile: Profile, capability: Capability, device: Any = None) -> Plan:
+def plan_here(profile: Profile, capability: Capability, device: Any = None, length: RunLength | None = None) -> Plan:
     """The plan of `profile` on this machine (`capability` probed live; another machine's plans
-    without measurements), `auto` following this machine's `--tune` measurements: the run's plan
-    (every GPU), or with `device` the plan for tensors on that device (`apply_profile`)."""
+    without measurements), `auto` following this machine's `--tune` measurements for a run of
+    `length`: the run's plan (every GPU), or with `device` the plan for tensors on that device
+    (`apply_profile`)."""
     from backends.machine.tuned import load_tuned
 
     here = capability if device is None else capability.for_device(device)
-    return resolve(profile, here, load_tuned(capability))
+    return resolve(profile, here, load_tuned(capability), length)
 
 
 def explain(key: str, plan: Plan) -> str:

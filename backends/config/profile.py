@@ -191,7 +191,7 @@ def to_data(profile: Profile, generated: Generated | None = None) -> dict[str, A
             if value is None:
                 continue
             body[spec.name] = list(value) if isinstance(value, tuple) else (
-                value.value if hasattr(value, "value") else value)
+                value.plain() if hasattr(value, "plain") else value)
         data[section] = body
     gen = generated or profile.generated
     if gen is not None:

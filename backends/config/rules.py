@@ -8,6 +8,7 @@ from the requested value to the effective one.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -15,9 +16,11 @@ from typing import Any, Callable, Iterable
 from backends.machine.capability import GPU, Availability, Capability, arch_runs_on
 from backends.machine.tuned import Tuned
 from backends.config.ltx2_shapes import DIT_HEADS, RunShapes
+from backends.config.run_length import RunLength, auto_choice, length_of
 from backends.config.values import LOADER, NOBODY, VALUES, value
 from backends.config.options import (
     Attention,
+    CompileEnabled,
     CompileMode,
     DiffVAEMode,
     Dynamic,
@@ -68,6 +71,7 @@ class Facts:
     head_dim: int = 64
     tuned: Tuned | None = None  # what `ltx-tui --tune` measured here: `auto` follows it
     run: RunShapes | None = None  # the run's shapes, when one is given (`--resolution/--frames`)
+    length: RunLength | None = None  # the run's length (compile's cost counted over it); default: the tune's
 
     @property
     def used(self) -> tuple[int, ...]:
@@ -286,6 +290,24 @@ def na_auto_choice(f: Facts, usable_here: Callable[[NABackend], Availability] | 
         chain.append(Step(backend.value, f"auto ({why_first}): {value('diffvae.na_backend', backend).text}"))
         return backend, chain, order
     return None, chain, order
+
+
+# --- auto for the options whose first call compiles (decided in `run_length.auto_choice`) ----
+
+def diffvae_auto(f: Facts) -> tuple[DiffVAEMode, str]:
+    """The layout `diffvae.mode = auto` runs here, and why (never blackwell_dsl: its own kernels)."""
+    mode, why = auto_choice("diffvae.mode", f.tuned, length_of(f.tuned, f.length),
+                            lambda v: v != "auto" and not value("diffvae.mode", v).needs)
+    return DiffVAEMode(mode), why
+
+
+def compiles(f: Facts) -> tuple[bool, str | None]:
+    """Whether the DiT's blocks are compiled here, and why when `compile.enabled = auto` decided it."""
+    asked = f.profile.compile.enabled
+    if asked is not CompileEnabled.AUTO:
+        return asked is CompileEnabled.TRUE, None
+    enabled, why = auto_choice("compile.enabled", f.tuned, length_of(f.tuned, f.length))
+    return enabled == "true", why
 
 
 # --- The rules table ------------------------------------------------------------------------
@@ -610,7 +632,7 @@ _RULES: tuple[Rule, ...] = (
          _mgpu_dropped,
          "multi-GPU profiles: set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" (what LTX-2's "
          "multi-GPU modules run), or parallel.gpus = 1 to keep them"),
-    Rule("parallel.compile-barrier", lambda f: not f.multi or not f.profile.compile.enabled,
+    Rule("parallel.compile-barrier", lambda f: not f.multi or not compiles(f)[0],
          lambda f: "compiled under sequence parallelism: a rank still compiling its first step can keep the others "
          f"waiting in ltx-kernels' all2all barrier past its {ALL2ALL_BARRIER_SECONDS:g} s timeout, and the kernel "
          "traps; LTX-2 v1.2.0 has All2All.set_timeout_seconds (ltx_kernels.all_to_all; AttentionManager"
@@ -626,9 +648,10 @@ RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 # --- Resolution ---------------------------------------------------------------------------
 
 class _Resolver:
-    def __init__(self, profile: Profile, cap: Capability, tuned: Tuned | None, run: RunShapes | None = None) -> None:
+    def __init__(self, profile: Profile, cap: Capability, tuned: Tuned | None, run: RunShapes | None = None,
+                 length: RunLength | None = None) -> None:
         self.p = profile
-        self.f = Facts(cap, profile, tuned=tuned, run=run)
+        self.f = Facts(cap, profile, tuned=tuned, run=run, length=length)
         self.out: dict[str, Decision] = {}
 
     # helpers -----------------------------------------------------------------------------
@@ -749,17 +772,22 @@ class _Resolver:
 
     def _mode(self) -> None:
         key = "diffvae.mode"
-        mode = self.p.diffvae.mode
+        mode, f, auto = self.p.diffvae.mode, self.f, ""
         na = self.out["diffvae.na_backend"].effective
+        if mode is DiffVAEMode.AUTO:
+            mode, why = diffvae_auto(f)
+            f, auto = dataclasses.replace(f, profile=self.p.replace(**{key: mode})), f"auto ({why}): "
         if value(key, mode).needs:
             self.require(key, value(key, mode).needs, value(key, mode).text)
             return
-        reason = value(key, mode).text.replace("the NA", f"the {na or '?'} NA")
-        ltx2_only = [r for r in ("diffvae.compile-off", "diffvae.combined-needs-natten") if not RULES[r].holds(self.f)]
+        reason = auto + value(key, mode).text.replace("the NA", f"the {na or '?'} NA")
+        ltx2_only = [r for r in ("diffvae.compile-off", "diffvae.combined-needs-natten") if not RULES[r].holds(f)]
         if na is not None and ltx2_only:
-            self.warn(key, ltx2_only[0], reason=reason)
+            rule = RULES[ltx2_only[0]]
+            self.put(key, mode, Status.WARNING, [Step(mode.value, reason), Step(mode.value, rule.message(f))],
+                     [rule.id], rule.message(f), rule.fix(f))
         else:
-            self.ok(key, reason)
+            self.ok(key, reason, mode)
 
     def attention(self) -> None:
         key = "transformer.attention"
@@ -826,16 +854,19 @@ class _Resolver:
     def compile(self) -> None:
         c = self.p.compile
         keys = ("compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic", "compile.capture")
-        if not c.enabled:
-            self.ok("compile.enabled", "eager transformer blocks")
+        enabled, why = compiles(self.f)
+        auto = f"auto ({why}): " if why else ""
+        if not enabled:
+            self.ok("compile.enabled", auto + value("compile.enabled", "false").text, False)
             for k in keys:
-                self.unused(k, "compile.enabled is false")
+                self.unused(k, "compile.enabled is false" if not auto else "compile.enabled = auto runs eager")
             return
         f = self.f
+        does = auto + value("compile.enabled", "true").text
         if RULES["parallel.compile-barrier"].holds(f):
-            self.ok("compile.enabled", "torch.compile per transformer block")
+            self.ok("compile.enabled", does, True)
         else:
-            self.warn("compile.enabled", "parallel.compile-barrier", reason="torch.compile per transformer block")
+            self.warn("compile.enabled", "parallel.compile-barrier", True, reason=does)
         streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
         for key, asked, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
                                    ("compile.capture", c.capture, c.capture)):
@@ -947,17 +978,18 @@ class _Resolver:
 def _plain(value: Any) -> Any:
     """JSON-friendly form of an option value."""
     if isinstance(value, enum.Enum):
-        return value.value
+        return value.plain()
     if isinstance(value, tuple):
         return list(value)
     return value
 
 
 def decide(profile: Profile, capability: Capability, tuned: Tuned | None = None,
-           run: RunShapes | None = None) -> list[Decision]:
+           run: RunShapes | None = None, length: RunLength | None = None) -> list[Decision]:
     """One decision per option of the vocabulary, in vocabulary order (see plan.resolve); with `run`
-    (the run's shapes) the checks that depend on it too (the multi-GPU token cap)."""
-    return _Resolver(profile, capability, tuned, run).run()
+    (the run's shapes) the checks that depend on it too (the multi-GPU token cap); `length`: the
+    run's length, what `auto` counts a compile over (default: `--tune --runs N`'s generations)."""
+    return _Resolver(profile, capability, tuned, run, length).run()
 
 
 def for_run(plan: Any, run: RunShapes | None) -> Any:
@@ -966,9 +998,8 @@ def for_run(plan: Any, run: RunShapes | None) -> Any:
     The runtime steps do not depend on them and are kept."""
     if run is None:
         return plan
-    import dataclasses
-
-    return dataclasses.replace(plan, decisions=tuple(decide(plan.profile, plan.capability, plan.tuned, run)))
+    return dataclasses.replace(plan, decisions=tuple(decide(plan.profile, plan.capability, plan.tuned, run,
+                                                            plan.length)))
 
 
 @dataclass(frozen=True)

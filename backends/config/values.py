@@ -48,8 +48,8 @@ class Value:
     hold; runner/step: who realises it and the plan's step kind; flag: the ltx-pipelines v1.2.0
     flag (None: LTX-2 has none); bound: its accuracy bound; tuned: `--tune` times it; then the
     memory effects: weight_bytes (quantization: bytes per block-linear weight), decode_coef
-    (diffvae.mode: LTX-2's decode working-set coefficient), compiled (diffvae.mode compiles the
-    decoder), cuda_graphs / without_graphs (compile.mode: keeps a CUDA-graph pool; the same mode
+    (diffvae.mode: LTX-2's decode working-set coefficient), compiled (its first call compiles:
+    diffvae.mode's decoder, compile.enabled's DiT blocks), cuda_graphs / without_graphs (compile.mode: keeps a CUDA-graph pool; the same mode
     without graphs).
     """
 
@@ -74,6 +74,8 @@ _NVFP4_LOADER = ("LTX-2's loader quantizes the DiT to NVFP4 while it builds it (
 
 VALUES: dict[str, dict[str, Value]] = {
     "diffvae.mode": {
+        "auto": Value("the layout whose decodes over the run's length measured fastest here, else chunked_eager",
+                      step=_LAYOUT, bound=DECODE),
         # decode coefficients fitted to the H200 (bench/RESULTS.md, "DiffVAE decode memory")
         "chunked_eager": Value("chunked decode, eager", step=_LAYOUT, flag="--diffvae-optimization chunked_eager",
                                bound=DECODE, tuned=True, decode_coef=5.04),
@@ -149,6 +151,13 @@ VALUES: dict[str, dict[str, Value]] = {
         "sagesla": Value("TurboDiffusion's SageAttention sparse-linear attention", needs=("sparse.runs", "sparse.sagesla"),
                          runner=NOBODY),
     },
+    "compile.enabled": {
+        "auto": Value("compiled when that measured faster here over the run's length (compile time counted), else "
+                      "eager", step="compile", bound=COMPILED),
+        "true": Value("torch.compile per transformer block", step="compile", flag="--compile", bound=COMPILED,
+                      compiled=True),
+        "false": Value("eager transformer blocks", bound=KERNEL),
+    },
     "compile.mode": {
         "default": Value("default (no CUDA graphs)", step="compile", flag="--compile mode=default", bound=COMPILED,
                          tuned=True),
@@ -185,8 +194,8 @@ VALUES: dict[str, dict[str, Value]] = {
 
 
 def value(option: str, v: object) -> Value:
-    """The descriptor of `option` = `v` (an enum member or its string; `natten:KERNEL` is natten)."""
-    text = v.value if isinstance(v, enum.Enum) else str(v)
+    """The descriptor of `option` = `v` (an enum member, its string or a bool; `natten:KERNEL` is natten)."""
+    text = v.value if isinstance(v, enum.Enum) else str(v).lower() if isinstance(v, bool) else str(v)
     return VALUES[option][text.split(":")[0] if option == "diffvae.na_backend" else text]
 
 

@@ -25,6 +25,9 @@ the DiT fp8-cast, resident, without LoRAs). ltx-tui refuses them (`MGPU_DROPPED`
 happen), and refuses a profile that asks for another quantization or for offload. `--compile` and
 `--diffvae-optimization` are judged as for one GPU; ltx-tui compiles the DiT in every rank.
 
+The profile judged is the plan's (`Plan.pinned()`): `auto` of `diffvae.mode` and
+`compile.enabled` is what the plan decided for this machine and run.
+
 Pure: no torch, no LTX-2 imports.
 """
 
@@ -33,7 +36,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from backends.config.options import Compile, OffloadMode, Profile, Quantization
+from backends.config.options import Compile, CompileEnabled, OffloadMode, Profile, Quantization
 from backends.config.rules import OFFLOAD_QUANTIZATIONS
 from backends.config.values import LOADER, value
 
@@ -107,7 +110,7 @@ def _bool(text: str) -> bool | None:
 
 def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
     """(agrees, in words, the option it turns on)."""
-    if not c.enabled:
+    if c.enabled is not CompileEnabled.TRUE:
         return False, "the profile has compile.enabled = false", "compile.enabled"
     given: dict[str, str] = {}
     for item in pairs:
@@ -124,7 +127,7 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
             raise FlagConflict(f"--compile {key}=...: not a key LTX-2 knows (keys: {', '.join(COMPILE_KEYS + COMPILE_EXTRA_KEYS)})")
         given[key] = raw.strip()
     wrong = []
-    defaults = Compile(enabled=True)  # LTX-2's CompilationConfig() for the keys not given
+    defaults = Compile()  # LTX-2's CompilationConfig() for the keys not given
     for key in COMPILE_KEYS:
         raw = given.get(key, str(getattr(defaults, key)))
         want = getattr(c, key)
@@ -193,9 +196,16 @@ def _refuse_abbreviations(args: list[str]) -> None:
                            "spell the flag out (the profile decides its value)")
 
 
+def _decided(profile: Profile) -> None:
+    undecided = [k for k in ("diffvae.mode", "compile.enabled") if str(profile.get(k)) == "auto"]
+    if undecided:
+        raise ValueError(f"{', '.join(undecided)} = auto: the flag policy judges a decided profile (Plan.pinned())")
+
+
 def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bool = False) -> FlagPolicy:
-    """Compare the module's arguments with `profile`; FlagConflict lists every disagreement.
-    `multi_gpu`: the module is one of LTX-2's multi-GPU modules (`MGPU_MODULES`)."""
+    """Compare the module's arguments with `profile` (auto decided: `Plan.pinned()`); FlagConflict
+    lists every disagreement. `multi_gpu`: the module is one of LTX-2's multi-GPU modules (`MGPU_MODULES`)."""
+    _decided(profile)
     args = list(args)
     if multi_gpu:
         return _mgpu_policy(args, profile)
@@ -241,7 +251,7 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
         if q is not Quantization.NONE:
             ltx_argv += ["--quantization", str(q)]
             ltx2_does.append(f"transformer.quantization = {q}: LTX-2's policy on the streamed model (--quantization {q})")
-        if profile.compile.enabled:
+        if profile.compile.enabled is CompileEnabled.TRUE:
             flag = profile.compile.ltx2_flag()
             ltx_argv += flag
             ltx2_does.append(f"compile: LTX-2's compile op on the streamed model ({' '.join(flag)})")
@@ -307,7 +317,8 @@ def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: b
         raise FlagConflict(f"{', '.join(short)}: spell the flag out (LTX-2 would expand the abbreviation; the record "
                            "could not say what it did)")
     ns, _ = _parser().parse_known_args(list(args))
-    values: dict[str, object] = {"memory.expandable_segments": expandable_segments}
+    values: dict[str, object] = {"memory.expandable_segments": expandable_segments, "compile.enabled": False,
+                                 "diffvae.mode": "chunked_eager"}  # LTX-2's defaults
     if multi_gpu:
         values["transformer.quantization"] = str(Quantization.FP8_CAST)
         values["parallel.gpus"] = max(1, world_size)

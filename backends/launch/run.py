@@ -3,7 +3,9 @@
 `prepare()` does everything that needs no weights: reads the profile, judges the module's LTX-2
 flags against it (`flags.policy`), checks LTX-2's version and the functions it wraps
 (`gate.require`), sets the allocator environment before CUDA starts, probes this machine and
-resolves the plan (with this machine's tune cache, as `--check` does). `launch()` then runs the
+resolves the plan (with this machine's tune cache, as `--check` does, and `auto` of the options
+whose first call compiles decided for one generation of the module's DiT forwards: `run_length`),
+then judges the flags against what `auto` decided. `launch()` then runs the
 module in this process (`runpy`, as `python -m` would) with the builders and blocks wrapped
 (`hooks`), and returns a `RunRecord` for the ledger: per stage seconds and peak GPU memory beside
 the memory plan's prediction, per model load and apply seconds.
@@ -16,6 +18,7 @@ record (`backends.launch.mgpu`); `launch()` reads them back.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import hashlib
 import importlib.util
@@ -27,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from backends.config.options import Profile, toml_value
+from backends.config.options import Profile, show_value, toml_value
 from backends.config.rules import Status
 from backends.config.plan import Plan
+from backends.config.run_length import PRIOR, UNIT, RunLength
 from backends.config.profile import MAX_BYTES, ProfileError, dumps, read
 from backends.launch import flags as flagmod
 from backends.launch import gate
@@ -100,6 +104,29 @@ def _shape(args: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+DISTILLED_STEPS = 8 + 3  # LTX-2's DISTILLED_SIGMA_VALUES (8 steps), then STAGE_2_DISTILLED_SIGMA_VALUES (3)
+DEFAULT_STEPS = 30  # LTX-2's --num-inference-steps default: 40 (LTX-2.0), 30 (LTX-2.3 checkpoints); the fewer
+
+
+def run_length(module: str, args: tuple[str, ...]) -> RunLength:
+    """One generation (a process of `ltx-tui run` runs one) of `module`'s DiT forwards: the distilled
+    schedule for the distilled modules; else its --num-inference-steps (LTX-2's default when not
+    given), plus the 3 distilled stage-2 steps of the two-stage modules. A forward a step:
+    guidance adds forwards, so the run makes at least this many."""
+    name = module.rsplit(".", 1)[-1]
+    if "distilled" in name:
+        return RunLength(1, DISTILLED_STEPS, f"{name}: LTX-2's distilled schedule, 8 + 3 steps")
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--num-inference-steps", type=str)
+    given = p.parse_known_args(list(args))[0].num_inference_steps
+    steps = int(given) if given is not None and given.isdigit() else DEFAULT_STEPS
+    two = 3 if "two_stage" in name else 0
+    said = f"--num-inference-steps {steps}" if given is not None and given.isdigit() else \
+        f"{steps} steps, the fewer of LTX-2's defaults"
+    return RunLength(1, steps + two, f"{name}: {said}" + (" + 3 stage-2 steps" if two else "")
+                     + ", a forward each at least")
+
+
 def _read_profile(path: str | None) -> tuple[Profile, str, str]:
     """(profile, label, sha256 of its file; of its TOML for the default profile)."""
     if path is None:
@@ -137,21 +164,28 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         raise LaunchError(f"{label}: parallel.gpus = {n} is sequence parallelism over {n} GPUs, which only LTX-2's "
                           f"multi-GPU modules run; {module} runs on one GPU: use "
                           + (mgpu or " or ".join(flagmod.MGPU_MODULES)) + ", or set parallel.gpus = 1")
+    undecided = {k for k in UNIT if str(profile.get(k)) == "auto"}  # the plan decides them (below)
     try:
-        policy = flagmod.policy(module_args, profile, multi_gpu=multi_gpu)
+        policy = flagmod.policy(module_args, profile.replace(**{k: PRIOR[k] for k in undecided}), multi_gpu=multi_gpu)
     except flagmod.ProfileConflict as e:
         raise LaunchError(f"{label}: what {module} would silently not do:\n{e}") from None
     except flagmod.FlagConflict as e:
         raise LaunchError(f"{module}'s arguments: {e}") from None
-    if policy.conflicts and not dry_run:
-        raise LaunchError(conflict_message(policy, label))
+    known = dataclasses.replace(policy, verdicts=tuple(v for v in policy.verdicts if v.option not in undecided))
+    if known.conflicts and not dry_run:
+        raise LaunchError(conflict_message(known, label))
     from backends.runtime.apply import apply_env
 
     env_warnings = () if dry_run else tuple(apply_env(profile))  # before anything starts CUDA (importing LTX-2 may)
     notes = _select_devices(profile, dry_run) if multi_gpu else ()  # before CUDA too: the ranks inherit it
     versions = _gate(module)
     shape = _shape(tuple(module_args))
-    plan = _plan(profile, capability, shape if multi_gpu else None)
+    plan = _plan(profile, capability, shape if multi_gpu else None, run_length(module, tuple(module_args)))
+    if undecided:  # judged against what auto decided
+        policy = flagmod.policy(module_args, plan.pinned(), multi_gpu=multi_gpu)
+        if policy.conflicts and not dry_run:
+            raise LaunchError(conflict_message(policy, label + " (auto decided by the plan: " + ", ".join(
+                f"{k} = {show_value(plan[k].effective)}" for k in sorted(undecided)) + ")"))
     if plan.blocking:
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
@@ -247,7 +281,8 @@ def _gate(module: str) -> dict[str, str | None]:
     return versions
 
 
-def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None) -> Plan:
+def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
+          length: RunLength | None = None) -> Plan:
     """The plan for the device LTX-2 will run on, `auto` following this machine's tune cache; for
     a multi-GPU module (`run_shape` given) the whole machine's, its preflight (world size, all2all,
     peer access, the token cap of the run's shape) decided as `--check` decides it. The GPUs are
@@ -262,13 +297,13 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None)
     cap = capability or probe()
     if run_shape is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        return plan_here(profile, cap, device)
+        return plan_here(profile, cap, device, length)
     visible = profile.replace(**{"parallel.devices": None}) if profile.parallel.devices else profile
     try:
         run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"])
     except (KeyError, ValueError):
         run = None  # the token cap is then "not checked" in the plan
-    return for_run(plan_here(visible, cap), run)
+    return for_run(plan_here(visible, cap, length=length), run)
 
 
 def describe(prep: Prepared) -> str:
