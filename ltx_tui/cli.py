@@ -124,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"seconds of measuring (default {DEFAULT_BUDGET:g}); what does not fit is reported as skipped")
     tune.add_argument("--options", metavar="KEYS",
                       help="comma-separated options to tune, or 'all' (default: diffvae.na_backend, "
-                      "transformer.attention, transformer.quantization; 'all' adds compile.mode and diffvae.mode, "
-                      "which compile real LTX-2 modules)")
+                      "transformer.attention, transformer.quantization, compile.enabled, diffvae.mode; 'all' adds "
+                      "compile.mode)")
+    tune.add_argument("--runs", type=_positive_int, metavar="N",
+                      help="generations you will run in one process (default: as cached, else 1): auto of "
+                      "compile.enabled and diffvae.mode counts a compile's one-off cost over them")
     tune.add_argument("--fresh", action="store_true", help="measure again instead of reusing the cache")
     parser.add_argument("--ledger", metavar="FILE", help="the app's Runs tab reads this run ledger (default: the "
                         "user data directory's ltx-tui/runs.jsonl, where `ltx-tui run` appends)")
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--output goes with --check --ltx-args or --tune")
     if args.force and not args.output:
         parser.error("--force goes with --output")
-    tune_only = [f"--{n}" for n in ("budget", "options") if getattr(args, n) is not None] + \
+    tune_only = [f"--{n}" for n in ("budget", "options", "runs") if getattr(args, n) is not None] + \
         (["--fresh"] if args.fresh else [])
     if tune_only and not args.tune:
         parser.error(f"{', '.join(tune_only)} go{'es' if len(tune_only) == 1 else ''} with --tune")
@@ -171,14 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
-                         "--options, --fresh, --json, --output, --force)")
+                         "--options, --runs, --fresh, --json, --output, --force)")
         if args.output and _refuse_output(args):
             return 2
         from ltx_tui.tune import run_tune
 
         return run_tune(profile_path=args.profile, capability=args.capability, resolution=args.resolution or f"{DEFAULT_RUN.width}x{DEFAULT_RUN.height}",
                         frames=args.frames or DEFAULT_RUN.frames, batch=args.batch or DEFAULT_RUN.batch,
-                        budget=args.budget or DEFAULT_BUDGET, options=args.options,
+                        budget=args.budget or DEFAULT_BUDGET, options=args.options, runs=args.runs,
                         fresh=args.fresh, as_json=args.json, output=args.output)
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities

@@ -16,8 +16,9 @@ from typing import TextIO
 
 from backends.config import profile as profmod
 from backends.config.ltx2_shapes import RunShapes
-from backends.config.options import Profile
+from backends.config.options import Profile, show_value
 from backends.config.plan import resolve
+from backends.config.run_length import UNIT, auto_choice, length_of, run_calls
 from backends.machine import capability as capmod
 from backends.machine.nvml import NvmlSession
 from backends.machine.tuned import Candidate, Tuned, load_quick
@@ -25,7 +26,8 @@ from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
 from backends.tune.run import cpu_refusal, fits_cpu, tune
 
 TUNE_SCHEMA_VERSION = 1
-AUTO_OPTIONS = ("diffvae.na_backend", "transformer.attention")  # the tuned options that have an auto value
+# the tuned options that have an auto value
+AUTO_OPTIONS = ("diffvae.na_backend", "transformer.attention", "compile.enabled", "diffvae.mode")
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
 
 
@@ -43,11 +45,20 @@ def parse_options(text: str | None) -> tuple[str, ...]:
     return tuple(k for k in OPTIONS if k in keys)
 
 
-def candidate_line(c: Candidate, fastest: bool = False) -> str:
-    ms = f"{c.ms:10.3f}" if c.ms is not None else f"{'-':>10}"
-    err = f"{c.max_error:9.2e}" if c.max_error is not None else f"{'-':>9}"
-    mark = "fastest" if fastest else ""
-    return f"  {c.option:<25} {c.value:<27} {c.status:<10} {ms} {err}  {mark:<7} {c.reason}".rstrip()
+def _number(x: float | None, width: int, form: str) -> str:
+    return f"{x:{width}{form}}" if x is not None else f"{'-':>{width}}"
+
+
+def candidate_line(c: Candidate, chosen: bool = False) -> str:
+    """One row: ms, max error, first call cold and from the warm compile cache (s), the mark."""
+    numbers = " ".join((_number(c.ms, 10, ".3f"), _number(c.max_error, 9, ".2e"), _number(c.warmup_s, 8, ".2f"),
+                        _number(c.warmup_cached_s, 8, ".2f")))
+    return f"  {c.option:<25} {c.value:<27} {c.status:<10} {numbers}  {'chosen' if chosen else '':<7} {c.reason}".rstrip()
+
+
+def _auto_value(option: str, value: str):
+    """A candidate's value as the plan's effective value (compile.enabled: a boolean)."""
+    return {"true": True, "false": False}.get(value, value) if option == "compile.enabled" else value.split(":")[0]
 
 
 def pinned(profile: Profile, chosen: dict[str, str]) -> Profile:
@@ -61,17 +72,21 @@ def pinned(profile: Profile, chosen: dict[str, str]) -> Profile:
 def to_json(tuned: Tuned, shapes: RunShapes, seconds: float, reused: int, auto: dict, code: int) -> dict:
     return {"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
             "capability_fingerprint": tuned.fingerprint, "shapes": shapes.to_dict(), "budget_s": tuned.budget_s,
-            "seconds": round(seconds, 2), "from_cache": reused,
+            "runs": tuned.runs, "seconds": round(seconds, 2), "from_cache": reused,
             "candidates": [{"option": c.option, "value": c.value, "status": c.status, "ms": c.ms,
-                            "max_error": c.max_error, "reason": c.reason, "seconds": c.seconds}
+                            "max_error": c.max_error, "reason": c.reason, "seconds": c.seconds,
+                            **({"warmup_s": c.warmup_s, "warmup_cached_s": c.warmup_cached_s}
+                               if c.option in UNIT else {})}
                            for c in tuned.candidates],
-            "chosen": tuned.chosen(), "auto": auto, "notes": list(tuned.notes), "exit_code": code}
+            "chosen": tuned.chosen(run_calls(tuned)), "auto": auto, "notes": list(tuned.notes), "exit_code": code}
 
 
 def run_tune(*, profile_path: str | None, capability: str | None, resolution: str, frames: int, batch: int,
              budget: float, options: str | None, fresh: bool, as_json: bool, output: str | None,
+             runs: int | None = None,
              stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Tune here and report; returns the exit code."""
+    """Tune here and report (`runs`: the generations a process will run; None: as cached, else 1);
+    returns the exit code."""
     from backends.config.ltx2_shapes import parse_resolution
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
@@ -101,12 +116,13 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     t0 = time.monotonic()
     if not fresh and not output:  # all of it cached: shown without probing (no torch import, no CUDA)
         hit = load_quick(shapes.label)
-        if hit is not None and complete(hit, keys):
-            auto = {o: v.split(":")[0] for o, v in hit.chosen().items()
+        if hit is not None and runs in (None, hit.runs) and complete(hit, keys):  # another --runs: stored below
+            auto = {o: _auto_value(o, v) for o, v in hit.chosen(run_calls(hit)).items()
                     if o in AUTO_OPTIONS and o in keys and str(profile.get(o)) in ("auto", "automatic")}
+            reasons = {o: auto_choice(o, hit, length_of(hit, None))[1] for o in auto if o in UNIT}
             cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)
             return _report(hit, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, cached,
-                           "all from the cache, found without probing")
+                           "all from the cache, found without probing", reasons)
 
     def refuse(message: str) -> int:
         print(f"ltx-tui: --tune: {message}. `auto` keeps its built-in choices for this machine.", file=stderr)
@@ -134,7 +150,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
         print(f"ltx-tui: {message} (ctrl-c stops)", file=stderr, flush=True)
 
     before = _cached_count(cap, shapes, keys, fresh)
-    tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, on_event=progress, on_wait=waiting)
+    tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, runs=runs, on_event=progress,
+                 on_wait=waiting)
     problems = [note for note in tuned.notes if not note.startswith("cached in")]
     for i, note in enumerate(problems, 1):
         print(f"ltx-tui: warning: {note}{'; the results are printed below' if i == len(problems) else ''}", file=stderr)
@@ -142,7 +159,7 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     auto = {d.option: d.effective for d in plan if d.option in keys and str(d.requested) in ("auto", "automatic")}
     if output:
         try:
-            profmod.save(pinned(profile, tuned.chosen()), output, capability=cap, overwrite=True)
+            profmod.save(pinned(profile, tuned.chosen(run_calls(tuned))), output, capability=cap, overwrite=True)
         except (OSError, profmod.ProfileError) as e:
             return usage(f"--output {output}: cannot write ({getattr(e, 'strerror', None) or e})")
     code = _report(tuned, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, before,
@@ -175,7 +192,7 @@ def complete(tuned: Tuned, keys: tuple[str, ...]) -> bool:
 def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, seconds: float, as_json: bool,
             stdout: TextIO, from_cache: int, cached_note: str, reasons: dict | None = None) -> int:
     """Print the tune (text table or JSON); returns the exit code."""
-    chosen = {k: v for k, v in tuned.chosen().items() if k in keys}
+    chosen = {k: v for k, v in tuned.chosen(run_calls(tuned)).items() if k in keys}
     code = EXIT_OK if chosen else EXIT_NOTHING
     rows = [c for c in tuned.candidates if c.option in keys]
     if as_json:
@@ -183,13 +200,18 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
         return code
-    print(f"\n  {'option':<25} {'value':<27} {'status':<10} {'ms':>10} {'max err':>9}", file=stdout)
+    print(f"\n  {'option':<25} {'value':<27} {'status':<10} {'ms':>10} {'max err':>9} {'first s':>8} "
+          f"{'cached s':>8}", file=stdout)
     for c in rows:
         print(candidate_line(c, chosen.get(c.option) == c.value and c.status == "measured"), file=stdout)
-    print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"), file=stdout)
+    runs = f"{tuned.runs} run{'s' if tuned.runs != 1 else ''}"
+    over = f"; {', '.join(o for o in chosen if o in UNIT)} for {runs} a process, compile counted" \
+        if any(o in chosen for o in UNIT) else ""
+    print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured") + over,
+          file=stdout)
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
-        print(f"auto:   {option} auto -> {value} ({why})", file=stdout)
+        print(f"auto:   {option} auto -> {show_value(value)} ({why})", file=stdout)
     print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note})" + "".join(f"; {n}" for n in tuned.notes),
           file=stdout)
     return code

@@ -539,7 +539,7 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         assert [r[1] for r in rows] == ["triton", "eager_sdpa", "natten:hopper-fna"]
         assert rows[0][2].strip() == "█" and rows[1][2] == "█" * 16  # bars against the slowest
-        assert rows[2][4] == "inaccurate" and rows[2][6] == "[b]max error 0.5 > 0.02[/b]"  # shown literally
+        assert rows[2][4] == "inaccurate" and rows[2][8] == "[b]max error 0.5 > 0.02[/b]"  # shown literally
         status = str(app.query_one("#tune-status", Static).render())
         assert "chosen diffvae.na_backend = triton" in status
         d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
@@ -562,7 +562,7 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         tuner.step.set()
         await wait_for(pilot, lambda: app._tune_cancel is None)
         table = app.query_one("#tune-table", DataTable)
-        assert str(table.get_row_at(2)[4]) == "skipped" and str(table.get_row_at(2)[6]) == "cancelled"
+        assert str(table.get_row_at(2)[4]) == "skipped" and str(table.get_row_at(2)[8]) == "cancelled"
         status = str(app.query_one("#tune-status", Static).render())
         assert "auto does not follow" in status and status.startswith("cancelled")
         d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
@@ -570,6 +570,26 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks
         await pilot.pause()
         assert probed == [1]  # through the app's prober (a subprocess by default), not in the UI process
+
+
+async def test_tune_tab_shows_a_compiled_values_first_calls_cold_and_cached():
+    from backends.machine.tuned import Candidate, Tuned
+    from ltx_tui.widgets.tune_panel import TunePanel
+
+    app = make_app("h100")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        mode = "diffvae.mode"
+        app.query_one(TunePanel).show(Tuned("x", "768x512x121", (
+            Candidate(mode, "chunked_eager", "measured", 1190.0, 1e-3, warmup_s=1.5),
+            Candidate(mode, "chunked_compile", "measured", 550.0, 1e-3, warmup_s=27.07, warmup_cached_s=3.27))))
+        await pilot.pause()
+        table = app.query_one("#tune-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[6:8] for r in rows] == [["1.50", "-"], ["27.07", "3.27"]]
+        status = str(app.query_one("#tune-status", Static).render())
+        assert "chosen diffvae.mode = chunked_eager" in status  # one decode does not pay for the compile
 
 
 async def test_memory_bars_follow_the_options():

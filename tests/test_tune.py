@@ -230,5 +230,6 @@ def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")
 def test_decoder_mode_measurement_runs_ltx2s_decoder_against_its_own_path(narrow):
-    ms, err = measure.diffvae_mode("chunked_eager", narrow, "cpu", torch.float32, na_backend="eager_sdpa")
+    ms, err, warm = measure.diffvae_mode("chunked_eager", narrow, "cpu", torch.float32, na_backend="eager_sdpa")
     assert ms > 0 and err < 1e-4  # ltx-tui's eager SDPA NA in LTX-2's chunked layout vs LTX-2's own
+    assert warm > 0

@@ -155,8 +155,9 @@ VALUES: dict[str, dict[str, Value]] = {
         "auto": Value("compiled when that measured faster here over the run's length (compile time counted), else "
                       "eager", step="compile", bound=COMPILED),
         "true": Value("torch.compile per transformer block", step="compile", flag="--compile", bound=COMPILED,
-                      compiled=True),
-        "false": Value("eager transformer blocks", bound=KERNEL),
+                      tuned=True, compiled=True),
+        # bound: the tune's eager blocks run the profile's attention kernel, against the blocks as built
+        "false": Value("eager transformer blocks", bound=KERNEL, tuned=True),
     },
     "compile.mode": {
         "default": Value("default (no CUDA graphs)", step="compile", flag="--compile mode=default", bound=COMPILED,

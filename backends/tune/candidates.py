@@ -3,7 +3,9 @@
 A value is a candidate when the profile with that value pinned (and compile enabled, for
 compile.mode) resolves to exactly that value here (ok or warning: runnable by ltx-tui's runtime). `diffvae.na_backend = natten` is one
 candidate per NATTEN kernel that runs here (`natten:hopper-fna`), since the kernel decides its
-speed. What is not timed is listed as skipped, with the reason.
+speed. An option whose first call compiles (`run_length.UNIT`) is timed only where two of its
+values can be: one alone leaves `auto` nothing to choose. What is not timed is listed as
+skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -11,19 +13,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.config import values
-from backends.config.options import OPTIONS_BY_KEY, NattenKernel, Profile
+from backends.config.options import OPTIONS_BY_KEY, NattenKernel, Profile, show_value
 from backends.config.plan import first_device, resolve
 from backends.config.rules import Facts, Status, natten_kernel_check
+from backends.config.run_length import UNIT
 from backends.machine.capability import Capability
 
-# The options whose values change speed, cheapest to time first. The kernel-level ones are the
-# default set; compile.mode and diffvae.mode build and compile real LTX-2 modules (minutes).
-OPTIONS = ("diffvae.na_backend", "transformer.attention", "transformer.quantization", "compile.mode", "diffvae.mode")
-DEFAULT_OPTIONS = OPTIONS[:3]
+# The options whose values change speed, cheapest to time first. compile.enabled and diffvae.mode
+# build and compile real LTX-2 modules (a DiT block pair, the full-size decoder); compile.mode
+# compiles the blocks once per mode, so it is timed on request only.
+OPTIONS = ("diffvae.na_backend", "transformer.attention", "transformer.quantization", "compile.enabled",
+           "compile.mode", "diffvae.mode")
+DEFAULT_OPTIONS = tuple(o for o in OPTIONS if o != "compile.mode")
 NOT_VALUES = {"auto", "automatic"}
 # Values that would only burn the budget: a reason instead of a timing.
+_CPU_COMPILE = ("on a CPU Inductor compiles C++ for minutes at LTX-2's full-size modules, over the tune's budget; "
+                "auto keeps its prior here")
 SLOW = {("diffvae.na_backend", "natten:flex-fna", True): "flex-fna materialises every score: 100x+ slower than "
-        "the fused kernels at DiffVAE shapes (rule natten.flex-slow); auto never picks it on CUDA"}
+        "the fused kernels at DiffVAE shapes (rule natten.flex-slow); auto never picks it on CUDA",
+        ("compile.enabled", "true", False): _CPU_COMPILE, ("diffvae.mode", "chunked_compile", False): _CPU_COMPILE,
+        ("diffvae.mode", "combined_compile", False): _CPU_COMPILE}
+# Values the default set leaves out (`--options diffvae.mode` or `all` times them).
+NOT_BY_DEFAULT = {("diffvae.mode", "combined_compile"): "not in the default set: on the H200 it decoded slower than "
+                  "chunked_compile at 1.7x its decode memory (bench/RESULTS.md, \"bench/ltx2_decode.py\"); "
+                  "--options diffvae.mode times it"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,7 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
     specs: list[Spec] = []
     skipped: list[tuple[str, str, str]] = []
     for option in options:
+        first = len(specs)
         for value in OPTIONS_BY_KEY[option].choices:
             value = value.value
             if value in NOT_VALUES:
@@ -52,9 +66,12 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
             if not values.value(option, value).tuned:
                 skipped.append((option, value, f"not timed: {values.value(option, value).text}"))
                 continue
+            if options == DEFAULT_OPTIONS and (option, value) in NOT_BY_DEFAULT:
+                skipped.append((option, value, NOT_BY_DEFAULT[option, value]))
+                continue
             pin = {option: value, **({"compile.enabled": True} if option == "compile.mode" else {})}
             d = resolve(profile.replace(**pin), cap)[option]
-            if d.status not in (Status.OK, Status.WARNING) or str(d.effective) != value:
+            if d.status not in (Status.OK, Status.WARNING) or show_value(d.effective) != value:
                 skipped.append((option, value, d.message or d.chain[-1].reason))
                 continue
             if option == "diffvae.na_backend" and value == "natten":
@@ -73,4 +90,8 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                 skipped.append((option, value, SLOW[option, value, cap.cuda]))
                 continue
             specs.append(Spec(option, value, device))
+        if option in UNIT and len(specs) - first == 1:
+            alone = specs.pop()
+            skipped.append((option, alone.value, "the only value of this option timed here: auto has nothing to "
+                            "choose between, so it keeps its prior"))
     return specs, skipped

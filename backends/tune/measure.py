@@ -11,14 +11,19 @@ Each option is timed where its value acts, through the runtime's own callables:
 - transformer.quantization: one LTX-2 block's video linears (to_q/k/v/out 4096x4096, ff 4096 ->
   16384 -> 4096) at the run's tokens, quantized by the runtime (`quantize_linears`), times 48
   layers. Accuracy: relative error against the unquantized linears.
-- compile.mode: two real LTX-2 video transformer blocks at full width (LTXModel, random weights)
-  compiled per block by `apply_profile`, forward at the run's tokens with 1024 text tokens.
-  Accuracy: relative error against the same model eager.
+- compile.enabled, compile.mode: two real LTX-2 video transformer blocks at full width (LTXModel,
+  random weights), eager or compiled per block by `apply_profile`, forward at the run's tokens
+  with 1024 text tokens. compile.enabled's ms is one DiT forward's 48 blocks (the pair's x 24),
+  its first call the pair's (identical blocks share one compiled graph). Accuracy: relative
+  error against the same model as built.
 - diffvae.mode: LTX-2's full-size DiffusionVideoDecoder() laid out by `apply_profile`, decoding
   the run's latent. Accuracy: relative error against LTX-2's own chunked_eager decode (with its
   own fallback NA: TritonNaAttention on CUDA, EagerSdpaAttention on the CPU).
 Times: CUDA: median of `triton.testing.do_bench`; CPU: median of timed calls. A compiled
-candidate whose graphs ran eagerly (`runtime.compile_watch`) fails instead of being timed.
+candidate whose graphs ran eagerly (`runtime.compile_watch`) fails instead of being timed. For
+the options whose first call compiles (compile.enabled, diffvae.mode) the first call's seconds
+come too (the warm-up: compile included); `first_only` times just that call (the tune's second
+process, which finds the compile cache warm).
 """
 
 from __future__ import annotations
@@ -63,6 +68,17 @@ def bench(fn: Callable[[], object], device: str) -> float:
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def first_call(fn: Callable[[], object], device: str) -> float:
+    """Seconds of `fn()` (a first call: compile included), finished on the device."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def _rand(shape, device, dtype, g) -> torch.Tensor:
@@ -144,7 +160,13 @@ def _ltx_core() -> None:
         raise RuntimeError(why)
 
 
-def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+PAIR = 2  # the DiT blocks a compile candidate builds
+
+
+def _dit_pair(values: dict, shapes: RunShapes, device: str, dtype: torch.dtype, first_only: bool = False
+              ) -> tuple[float | None, float | None, float]:
+    """(ms of the pair's forward, its error against the pair as built, its first call in seconds)
+    with the profile `values` applied to two full-width LTX-2 blocks."""
     _ltx_core()
     from ltx_core.model.transformer.model import LTXModel, LTXModelType
 
@@ -154,19 +176,32 @@ def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype)
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = LTXModel(model_type=LTXModelType.VideoOnly, num_layers=2, num_attention_heads=S.DIT_HEADS,
+        model = LTXModel(model_type=LTXModelType.VideoOnly, num_layers=PAIR, num_attention_heads=S.DIT_HEADS,
                          attention_head_dim=S.DIT_HEAD_DIM, cross_attention_dim=S.DIT_HEADS * S.DIT_HEAD_DIM)
     model = ltx2.wake_zero_tables(model.eval()).to(device=device, dtype=dtype)  # buffers made on the CPU too
     inputs = ltx2.transformer_inputs(tokens=shapes.dit_tokens, context=S.TEXT_TOKENS, device=device, dtype=dtype,
                                      channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False)
     with torch.inference_mode():
-        want = model(*inputs)[0].clone()
-        report = apply_profile(model, Profile().replace(**{"compile.enabled": True, "compile.mode": value}),
-                               device=device)
+        want = None if first_only else model(*inputs)[0].clone()
+        report = apply_profile(model, Profile().replace(**values), device=device)
+        warm = first_call(lambda: model(*inputs), device)
+        if first_only:
+            return None, None, warm
         ms = bench(lambda: model(*inputs), device)
         err = _rel(model(*inputs)[0], want)
     _all_compiled(report)
+    return ms, err, warm
+
+
+def compile_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    ms, err, _ = _dit_pair({"compile.enabled": True, "compile.mode": value}, shapes, device, dtype)
     return ms, err
+
+
+def compile_enabled(value: str, shapes: RunShapes, device: str, dtype: torch.dtype, first_only: bool = False
+                    ) -> tuple[float | None, float | None, float]:
+    ms, err, warm = _dit_pair({"compile.enabled": value}, shapes, device, dtype, first_only)
+    return (None if ms is None else ms * S.DIT_LAYERS / PAIR), err, warm
 
 
 class FellBack(RuntimeError):
@@ -179,8 +214,8 @@ def _all_compiled(report) -> None:
         raise FellBack(f"not timed as compiled: {health}")
 
 
-def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype, na_backend: str = "auto"
-                 ) -> tuple[float, float]:
+def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype, na_backend: str = "auto",
+                 first_only: bool = False) -> tuple[float | None, float | None, float]:
     import copy
     import dataclasses
 
@@ -208,17 +243,21 @@ def diffvae_mode(value: str, shapes: RunShapes, device: str, dtype: torch.dtype,
     # the reference: LTX-2's own chunked_eager with its own fallback NA (Triton on CUDA)
     kind = NAttentionKind.TRITON if device.startswith("cuda") else NAttentionKind.EAGER_SDPA
     recipe = dataclasses.replace(DiffVAEMode.CHUNKED_EAGER.resolve(), attention=kind, natten_backend=None)
-    want = decode(apply_diffvae_config(copy.deepcopy(base), recipe))
+    want = None if first_only else decode(apply_diffvae_config(copy.deepcopy(base), recipe))
     ours = base
     report = apply_profile(ours, Profile().replace(**{"diffvae.mode": value, "diffvae.na_backend": na_backend}),
                            device=device)
+    warm = first_call(lambda: decode(ours), device)
+    if first_only:
+        return None, None, warm
     ms, err = bench(lambda: decode(ours), device), _rel(decode(ours), want)
     _all_compiled(report)
-    return ms, err
+    return ms, err, warm
 
 
 MEASURE = {"diffvae.na_backend": na_backend, "transformer.attention": attention,
-           "transformer.quantization": quantization, "compile.mode": compile_mode, "diffvae.mode": diffvae_mode}
+           "transformer.quantization": quantization, "compile.enabled": compile_enabled, "compile.mode": compile_mode,
+           "diffvae.mode": diffvae_mode}
 
 
 def bound(option: str, value: str, dtype: torch.dtype) -> float:

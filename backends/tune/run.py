@@ -6,6 +6,11 @@ the cache already holds for the same machine and run shape (unless `fresh`), mar
 whose output is outside its accuracy bound `inaccurate` (never chosen), skips what the budget
 cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`.
 
+A value whose first call compiles (compile.enabled = true, a compiled diffvae.mode) is timed in
+a worker whose compile caches are an empty directory of its own (`warmup_s`: a cold compile);
+what it compiled is then merged into the compile caches later processes use, and a second
+worker times its first call again from them (`warmup_cached_s`): what a later run pays.
+
 Each option's prior (the value `auto` or the profile picks without a tune) is timed first, then
 the other values, those of the options whose prior measured quickest first: a short budget still
 measures every option, and the quick alternatives before the slow ones. A value stopped for
@@ -20,24 +25,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
+from backends.config import values
 from backends.config.ltx2_shapes import RunShapes
-from backends.config.options import Profile
+from backends.config.options import Profile, show_value
 from backends.config.plan import resolve
+from backends.config.run_length import UNIT
 from backends.machine.capability import Capability
 from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned, tune_lock
 from backends.machine.worker import Outcome, Worker
+from backends.runtime.compile_cache import ENV, merge_compile_caches
 from backends.tune.candidates import DEFAULT_OPTIONS, Spec, candidates
 
-DEFAULT_BUDGET = 90.0
+DEFAULT_BUDGET = 150.0
 MIN_TIMEOUT = 5.0  # a candidate is not started with less budget left than this
 # A candidate may take SLOWER x the worker time of its option's fastest value so far (at least
-# SLOWER_MIN s): one that needs longer is far slower and would only eat the budget.
-SLOWER, SLOWER_MIN = 5.0, 20.0
+# SLOWER_MIN s; COMPILE_MIN s for one whose first call compiles, which a compile makes long):
+# one that needs longer is far slower and would only eat the budget.
+SLOWER, SLOWER_MIN, COMPILE_MIN = 5.0, 20.0, 120.0
 STOPPED, UNFINISHED = "stopped after", "budget spent after"  # how the reasons of those two skips start
 # Without CUDA one candidate at LTX-2's shapes takes minutes (the DiffVAE's NA at 768x512x121 is
 # ~100x the work at 224x224x9, whose tiled eager SDPA decode alone took 18 s on two cores): a CPU
@@ -63,9 +76,17 @@ def cpu_refusal(shapes: RunShapes, no_cuda: str) -> str:
             f"shapes here (--resolution {CPU_STAND_IN.width}x{CPU_STAND_IN.height} --frames {CPU_STAND_IN.frames})")
 
 
-def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str) -> str:
+def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str, compile_cache: Path | None = None,
+               first_only: bool = False) -> str:
     return json.dumps({"option": spec.option, "value": spec.value, "device": spec.device, "na_backend": na_backend,
-                       "shapes": [shapes.width, shapes.height, shapes.frames, shapes.batch]})
+                       "shapes": [shapes.width, shapes.height, shapes.frames, shapes.batch],
+                       "compile_cache": None if compile_cache is None else str(compile_cache),
+                       "first_only": first_only})
+
+
+def compiles(spec: Spec) -> bool:
+    """Whether the candidate's first call compiles (it gets a second, warm-cache process)."""
+    return spec.option in UNIT and values.value(spec.option, spec.value).compiled
 
 
 def worker_argv() -> list[str]:
@@ -80,16 +101,21 @@ def _na_for_decode(done: list[Candidate]) -> str:
 
 
 def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
-         budget: float = DEFAULT_BUDGET, fresh: bool = False, store: bool = True,
+         budget: float = DEFAULT_BUDGET, fresh: bool = False, store: bool = True, runs: int | None = None,
          on_event: Callable[[int, int, Candidate | None], None] | None = None,
          cancel: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> Tuned:
     """Measure the candidates of `options` at `shapes` on this machine (`cap` is its live
-    capability) within `budget` seconds; returns and caches the result. The next worker starts
+    capability) within `budget` seconds; returns and caches the result, with `runs` (the
+    generations a process will run: what `auto` counts a compile over; None: as cached, else 1).
+    The next worker starts
     (imports, CUDA) while the current one measures. `on_wait(message)`: another tune holds the
     machine and this one waits for it (`cancel` stops the wait). A cache that cannot be written
     loses nothing but the cache: the result's notes say why."""
     with tune_lock(cancel, on_wait) as unlocked:
         tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel)
+        if runs is None:
+            runs = (load_tuned(cap, shapes.label) or tuned).runs
+        tuned = dataclasses.replace(tuned, runs=runs)
         notes = (unlocked,) if unlocked else ()
         if store and not (unlocked and cancel is not None and cancel.is_set()):  # not after a cancelled wait
             try:
@@ -107,7 +133,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     cached = {(c.option, c.value): c for c in earlier if c.status != "skipped" or c.reason.startswith(STOPPED)}
     unfinished = {(c.option, c.value): c.seconds for c in earlier if c.reason.startswith(UNFINISHED) and c.seconds}
     done: list[Candidate] = [Candidate(o, v, "skipped", reason=why) for o, v, why in not_timed]
-    prior = {d.option: str(d.effective) for d in resolve(profile, cap)}
+    prior = {d.option: show_value(d.effective) for d in resolve(profile, cap)}
     specs.sort(key=lambda s: (s.value.split(":")[0] != prior.get(s.option), options.index(s.option)))
     priors = sum(s.value.split(":")[0] == prior.get(s.option) for s in specs)
     to_run = sum((s.option, s.value) not in cached for s in specs)
@@ -124,7 +150,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             hit = cached.get((spec.option, spec.value))
             best = fastest.get(spec.option)
             left = budget - (time.monotonic() - t0)
-            limit = min(left, max(SLOWER_MIN, SLOWER * best[1])) if best else left
+            least = COMPILE_MIN if compiles(spec) else SLOWER_MIN
+            limit = min(left, max(least, SLOWER * best[1])) if best else left
             ran = unfinished.get((spec.option, spec.value))
             if hit is not None:
                 result = hit
@@ -140,9 +167,20 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                     f"--budget over {ran:g} s (or --fresh)"))
             else:
                 to_run -= 1
-                current, spare = spare or Worker(worker_argv()), (Worker(worker_argv()) if to_run > 0 else None)
-                outcome = current.run(_spec_json(spec, shapes, _na_for_decode(done)), limit, cancel)
-                result = _result(spec, outcome, limit, left, best)
+                na = _na_for_decode(done)
+                cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if compiles(spec) else None
+                try:
+                    current, spare = spare or Worker(worker_argv()), (
+                        Worker(worker_argv()) if to_run > 0 or cold else None)
+                    result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),
+                                     limit, left, best)
+                    if cold is not None and result.status == "measured":
+                        current, spare = spare or Worker(worker_argv()), (Worker(worker_argv()) if to_run > 0 else None)
+                        result = _warm_again(current, spec, shapes, na, cold, result,
+                                             budget - (time.monotonic() - t0), cancel)
+                finally:
+                    if cold is not None:
+                        shutil.rmtree(cold, ignore_errors=True)
             if result.status == "measured" and result.seconds and (best is None or result.ms < best[0]):
                 fastest[spec.option] = (result.ms, result.seconds, spec.value)
             done.append(result)
@@ -171,11 +209,37 @@ def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple
         return Candidate(spec.option, spec.value, "failed",
                          reason=f"worker exited {outcome.returncode}: {outcome.tail()}")
     return Candidate(spec.option, spec.value, row["status"], row.get("ms"), row.get("max_error"),
-                     row.get("reason", ""), outcome.seconds)
+                     row.get("reason", ""), outcome.seconds, row.get("warmup_s"))
+
+
+def _warm_again(worker: Worker, spec: Spec, shapes: RunShapes, na: str, cold: Path, result: Candidate, left: float,
+                cancel: threading.Event | None) -> Candidate:
+    """`result` with `warmup_cached_s`: the candidate's first call again in a fresh process (`worker`),
+    after what the first one compiled (into `cold`) was merged into the compile caches later runs use."""
+    def untimed(why: str) -> Candidate:
+        worker.kill()
+        return dataclasses.replace(result, reason=f"{result.reason}; first call with a warm compile cache not "
+                                                  f"timed: {why}")
+
+    try:
+        merge_compile_caches(cold)
+    except OSError as e:
+        return untimed(f"cannot write the compile cache ({e.strerror or e})")
+    if left < MIN_TIMEOUT:
+        return untimed("budget spent; run again with a larger --budget (or --fresh)")
+    outcome = worker.run(_spec_json(spec, shapes, na, first_only=True), min(left, max(SLOWER_MIN, result.seconds or 0)),
+                         cancel)
+    row = outcome.last_json() if outcome.status == "done" else None
+    if row is None or not isinstance(row.get("warmup_s"), (int, float)):
+        return untimed(f"the second process {outcome.status}" + (f" ({outcome.tail()})" if outcome.tail() else ""))
+    return dataclasses.replace(result, warmup_cached_s=row["warmup_s"], seconds=round(
+        (result.seconds or 0) + outcome.seconds, 2))
 
 
 def worker(spec: dict) -> dict:
-    """Time one candidate here (the worker process): {"status", "ms", "max_error", "reason"}."""
+    """Time one candidate here (the worker process): {"status", "ms", "max_error", "reason"}, and
+    "warmup_s" (its first call) for the options whose first call compiles; with "first_only" in
+    `spec` only that call; with "compile_cache", torch.compile's caches in that directory."""
     import torch
 
     from backends.tune.measure import MEASURE, bound
@@ -183,14 +247,21 @@ def worker(spec: dict) -> dict:
     option, value, device = spec["option"], spec["value"], spec["device"]
     shapes = RunShapes(*spec["shapes"])
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if spec.get("compile_cache"):  # read by Inductor and Triton when they first compile
+        os.environ.update({var: str(Path(spec["compile_cache"]) / sub) for var, sub in ENV.items()})
     extra = {"na_backend": spec["na_backend"]} if option == "diffvae.mode" else {}
+    if spec.get("first_only"):
+        extra["first_only"] = True
     try:
-        ms, err = MEASURE[option](value, shapes, device, dtype, **extra)
+        ms, err, *warm = MEASURE[option](value, shapes, device, dtype, **extra)
     except torch.OutOfMemoryError:
         return {"status": "failed", "reason": f"out of memory at {shapes.label}"}
     except Exception as e:  # the row says what broke
         return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    warmup = {"warmup_s": round(warm[0], 3)} if warm else {}
+    if spec.get("first_only"):
+        return {"status": "measured", **warmup, "reason": "first call only"}
     limit = bound(option, value, dtype)
     ok = err <= limit
-    return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err,
+    return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err, **warmup,
             "reason": f"max error {err:.3g} {'<=' if ok else '>'} {limit:g}"}

@@ -1,5 +1,6 @@
 """Tune panel: progress, then a row per candidate with its time as a bar against the other values
-of its option; rows stay after a run or a cancel."""
+of its option, and for a value whose first call compiles that call's seconds (cold, and from the
+warm compile cache); rows stay after a run or a cancel."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
+from backends.config.run_length import run_calls
 from backends.machine.tuned import Candidate, Tuned
 
-COLUMNS = ("option", "value", "bar", "ms", "status", "max error", "reason")
+COLUMNS = ("option", "value", "bar", "ms", "status", "max error", "first s", "cached s", "reason")
 BAR = 16
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
@@ -66,7 +68,7 @@ class TunePanel(Vertical):
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
         table = self.query_one(DataTable)
         table.clear()
-        chosen = tuned.chosen()
+        chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
         for c in sorted(tuned.candidates, key=lambda c: (options.index(c.option), c.status == "skipped")):
@@ -74,7 +76,9 @@ class TunePanel(Vertical):
             value = Text(c.value, style="bold" if chosen.get(c.option) == c.value else "")
             table.add_row(Text(c.option), value, bar(c, max(ranked, default=None)),
                           "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
-                          "-" if c.max_error is None else f"{c.max_error:.2e}", Text(c.reason))
+                          "-" if c.max_error is None else f"{c.max_error:.2e}",
+                          "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
+                          "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason))
         picked = ", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"
         cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes

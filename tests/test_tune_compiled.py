@@ -1,0 +1,163 @@
+"""--tune for the options whose first call compiles (compile.enabled, diffvae.mode): which values
+are timed, the cold and warm-cache first calls (two worker processes), `--runs`, the JSON rows,
+and the measurement itself on this CPU at narrowed shapes."""
+
+import dataclasses
+import json
+import sys
+import tempfile
+
+import pytest
+import torch
+
+from backends.config.ltx2_shapes import RunShapes
+from backends.config.options import Profile
+from backends.machine import capability as capmod
+from backends.machine.presets import preset
+from backends.tune import measure, run as runmod
+from backends.tune.candidates import DEFAULT_OPTIONS, candidates
+from ltx_tui.cli import main
+from test_tune import narrow  # noqa: F401 (a fixture)
+
+MODE, COMPILE = "diffvae.mode", "compile.enabled"
+
+
+def live(pid="h200"):
+    return dataclasses.replace(preset(pid), source="live")
+
+
+def test_the_default_set_times_the_decoder_layouts_and_compile_on_a_gpu():
+    specs, skipped = candidates(Profile(), preset("h200"))
+    timed = {(s.option, s.value) for s in specs}
+    assert {(COMPILE, "true"), (COMPILE, "false"), (MODE, "chunked_eager"), (MODE, "chunked_compile")} <= timed
+    assert not any(s.option == "compile.mode" for s in specs)  # on request only
+    why = {(o, v): r for o, v, r in skipped}
+    assert "not in the default set" in why[MODE, "combined_compile"]
+    assert (MODE, "combined_compile") in {(s.option, s.value) for s in candidates(Profile(), preset("h200"),
+                                                                                   (MODE,))[0]}
+    assert DEFAULT_OPTIONS == ("diffvae.na_backend", "transformer.attention", "transformer.quantization", COMPILE,
+                               MODE)
+
+
+def test_a_cpu_skips_the_compiles_and_an_option_left_with_one_value_saying_why():
+    specs, skipped = candidates(Profile(), preset("cpu"))
+    assert not any(s.option in (MODE, COMPILE) for s in specs)
+    why = {(o, v): r for o, v, r in skipped}
+    assert "Inductor compiles C++ for minutes" in why[COMPILE, "true"]
+    assert "Inductor compiles C++" in why[MODE, "chunked_compile"]
+    assert "nothing to choose between" in why[COMPILE, "false"] and "nothing to choose" in why[MODE, "chunked_eager"]
+
+
+FAKE_WORKER = """
+import json, os, pathlib, sys
+spec = json.loads(sys.stdin.readline())
+cache = spec["compile_cache"]
+cold = cache is not None and not any(pathlib.Path(cache).rglob("*"))
+open(os.environ["SPAWNS"], "a").write(f"{spec['value']} first_only={spec['first_only']} cold={cold}\\n")
+if cache:  # what a compile writes: Inductor's and Triton's caches
+    for sub in ("inductor", "triton"):
+        (pathlib.Path(cache) / sub / spec["value"]).mkdir(parents=True)
+        (pathlib.Path(cache) / sub / spec["value"] / "kernel.bin").write_text(spec["value"])
+plan = {"false": (447.0, 0.6, None), "true": (361.0, 8.1, 2.2), "chunked_eager": (1190.0, 1.5, None),
+        "chunked_compile": (550.0, 27.1, 3.27), "combined_compile": (575.0, 30.0, 3.5)}
+ms, cold_s, warm_s = plan[spec["value"]]
+if spec["first_only"]:
+    print(json.dumps({"status": "measured", "warmup_s": warm_s, "reason": "first call only"}))
+else:
+    print(json.dumps({"status": "measured", "ms": ms, "max_error": 1e-3, "warmup_s": cold_s, "reason": "fake"}))
+"""
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    spawns = tmp_path / "spawns"
+    spawns.write_text("")
+    monkeypatch.setenv("SPAWNS", str(spawns))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile" / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "compile" / "triton"))
+    monkeypatch.setattr(runmod, "worker_argv", lambda: [sys.executable, "-c", FAKE_WORKER])
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the cold caches are made
+    return spawns
+
+
+def test_a_compiled_value_is_timed_cold_then_from_the_warm_cache_in_a_second_process(fake_worker, tmp_path):
+    tuned = runmod.tune(Profile(), live(), RunShapes(768, 512, 121), options=(COMPILE, MODE), budget=60)
+    rows = {c.value: c for c in tuned.candidates}
+    assert (rows["true"].warmup_s, rows["true"].warmup_cached_s) == (8.1, 2.2)
+    assert (rows["chunked_compile"].warmup_s, rows["chunked_compile"].warmup_cached_s) == (27.1, 3.27)
+    assert (rows["false"].warmup_s, rows["false"].warmup_cached_s) == (0.6, None)  # no compile: one process
+    spawned = fake_worker.read_text().splitlines()
+    assert spawned[:2] == ["false first_only=False cold=False", "chunked_eager first_only=False cold=False"]
+    assert len(spawned) == 8
+    for value in ("true", "chunked_compile", "combined_compile"):  # each compiled value: cold, then warm right after
+        i = spawned.index(f"{value} first_only=False cold=True")
+        assert spawned[i + 1] == f"{value} first_only=True cold=False"
+    # what the cold process compiled went into the caches later processes use; its own directory is gone
+    assert (tmp_path / "compile" / "inductor" / "chunked_compile" / "kernel.bin").read_text() == "chunked_compile"
+    assert (tmp_path / "compile" / "triton" / "true" / "kernel.bin").is_file()
+    assert not list((tmp_path / "tmp").iterdir()) and tuned.runs == 1
+
+
+def test_a_second_process_that_fails_leaves_the_cold_timing_and_says_why(fake_worker, monkeypatch):
+    real = runmod._spec_json
+    monkeypatch.setattr(runmod, "_spec_json", lambda spec, shapes, na, cache=None, first_only=False: "not json"
+                        if first_only else real(spec, shapes, na, cache, first_only))
+    tuned = runmod.tune(Profile(), live(), RunShapes(768, 512, 121), options=(COMPILE,), budget=60, store=False)
+    row = next(c for c in tuned.candidates if c.value == "true")
+    assert row.status == "measured" and row.warmup_s == 8.1 and row.warmup_cached_s is None
+    assert "first call with a warm compile cache not timed: the second process done" in row.reason
+
+
+def test_cli_tune_json_rows_carry_the_warm_ups_and_runs_steer_auto(fake_worker, monkeypatch, capsys):
+    monkeypatch.setattr(capmod, "probe", lambda **kw: live())
+    args = ["--tune", "--options", f"{COMPILE},{MODE}", "--resolution", "224x224", "--frames", "9", "--json"]
+    assert main(args + ["--runs", "5"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {c["value"]: c for c in doc["candidates"]}
+    assert rows["chunked_compile"]["warmup_s"] == 27.1 and rows["chunked_compile"]["warmup_cached_s"] == 3.27
+    assert rows["false"]["warmup_cached_s"] is None and doc["runs"] == 5
+    assert doc["auto"] == {COMPILE: True, MODE: "chunked_compile"} == {COMPILE: True, MODE: doc["chosen"][MODE]}
+    spawned = len(fake_worker.read_text().splitlines())
+    assert main(args + ["--runs", "1"]) == 0  # measured once: only the run's length changes the choice
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["auto"] == {COMPILE: False, MODE: "chunked_eager"} and doc["runs"] == 1
+    assert len(fake_worker.read_text().splitlines()) == spawned
+
+    def no_probe(**kw):
+        raise AssertionError("a cached re-run must not probe")
+
+    monkeypatch.setattr(capmod, "probe", no_probe)
+    assert main(args[:-1]) == 0  # the text table, from the cache: runs as stored
+    out = capsys.readouterr().out
+    assert "first s" in out and "cached s" in out and "27.10     3.27" in out
+    assert f"chosen: {COMPILE} = false, {MODE} = chunked_eager; {COMPILE}, {MODE} for 1 run a process" in out
+    assert f"auto:   {MODE} auto -> chunked_eager (fastest measured here (224x224x9): chunked_eager" in out
+
+
+def test_the_worker_times_a_first_call_alone_in_the_cache_it_is_given(monkeypatch, tmp_path):
+    import os
+
+    seen = {}
+
+    def fake(value, shapes, device, dtype, first_only=False):
+        seen.update(first_only=first_only, cache=os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        return (None, None, 2.5) if first_only else (10.0, 1e-4, 9.0)
+
+    monkeypatch.setitem(measure.MEASURE, COMPILE, fake)
+    spec = {"option": COMPILE, "value": "true", "device": "cpu", "na_backend": "auto", "shapes": [224, 224, 9, 1],
+            "compile_cache": str(tmp_path), "first_only": True}
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    assert runmod.worker(spec) == {"status": "measured", "warmup_s": 2.5, "reason": "first call only"}
+    assert seen == {"first_only": True, "cache": str(tmp_path / "inductor")}
+    row = runmod.worker(dict(spec, first_only=False, compile_cache=None))
+    assert row["ms"] == 10.0 and row["warmup_s"] == 9.0 and row["status"] == "measured"
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_the_dit_measurement_times_one_forward_of_48_blocks_and_its_first_call(narrow, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(measure, "bench", lambda fn, device: fn() and 1.0)
+    ms, err, warm = measure.compile_enabled("false", narrow, "cpu", torch.float32)
+    assert ms == 24.0 and err < 1e-5 and warm > 0  # the pair's 1 ms x 48 / 2
+    assert measure.compile_enabled("false", narrow, "cpu", torch.float32, first_only=True)[:2] == (None, None)
