@@ -156,9 +156,9 @@ def _na3d_fwd(
                D, BLOCK_D, KT, KH, KW, CT, CH, CW, TT, TH, TW, RHE, RW, PRECISION)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["SIZE"])
 def _na3d_fwd_shared(
-    Q, K, V, O, s_b, s_t, s_h, s_w, s_n, T, H, W, HEADS, qk_scale, bh_offset,
+    Q, K, V, O, s_b, s_t, s_h, s_w, s_n, T, H, W, HEADS, qk_scale, bh_offset, SIZE,
     D: tl.constexpr, BLOCK_D: tl.constexpr,
     KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
     CT: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
@@ -186,6 +186,8 @@ class TileConfig:
         return {"TT": self.TT, "TH": self.TH, "TW": self.TW, "RH": self.RH}
 
 
+# Every tile here was the fastest on some shape of bench/na3d.py's sweep on an H200 (4x2x8, 2x8x8
+# and 1x8x16 never were, and are gone: each config costs a compile and a timing on a first call).
 CONFIGS = (
     TileConfig(1, 8, 8, 2, 4, 2),
     TileConfig(1, 8, 8, 4, 4, 2),
@@ -193,14 +195,11 @@ CONFIGS = (
     TileConfig(2, 4, 8, 2, 4, 2),
     TileConfig(2, 4, 8, 4, 4, 2),
     TileConfig(2, 4, 8, 2, 4, 3),
-    TileConfig(4, 2, 8, 2, 4, 2),
-    TileConfig(2, 8, 8, 2, 8, 2),
-    # wide windows (a halo of 16+ columns fills a 16-wide tile's key block better) and small grids
-    TileConfig(1, 4, 16, 1, 4, 2),
-    TileConfig(1, 8, 16, 1, 8, 2),
-    TileConfig(1, 4, 8, 2, 4, 2),
+    TileConfig(1, 4, 16, 1, 4, 2),  # wide windows: a halo of 16+ columns fills a 16-wide tile's key block
+    TileConfig(1, 4, 8, 2, 4, 2),  # small grids only (size class <= SMALL_CLASS)
     TileConfig(1, 2, 8, 2, 2, 2),
 )
+SMALL_TILE, SMALL_CLASS = 64, 0
 # Small fixed tile for the CPU interpreter (TRITON_INTERPRET=1), where autotuning is pointless.
 INTERPRET_CONFIG = TileConfig(1, 2, 8, 1, 4, 1)
 SM_GUESS = 132  # the size class counts 64-query tiles per SM of an H100/H200-sized GPU
@@ -221,23 +220,44 @@ def size_class(bh: int, t: int, h: int, w: int) -> int:
     return max(-4, min(4, round(math.log2(max(bh * t * h * w / 64 / SM_GUESS, 1e-9)))))
 
 
+def _queries(c) -> int:
+    return c.kwargs["TT"] * c.kwargs["TH"] * c.kwargs["TW"]
+
+
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles longer than an axis (their lanes would idle); keep the smallest if none fit."""
+    """Drop tiles longer than an axis (their lanes would idle) and, above the small size classes,
+    the small tiles; keep the smallest if none is left."""
     t, h, w = named_args["T"], named_args["H"], named_args["W"]
-    fit = [c for c in configs if c.kwargs["TT"] <= t and c.kwargs["TH"] <= max(2, h) and c.kwargs["TW"] <= max(8, w)]
-    return fit or [min(configs, key=lambda c: c.kwargs["TT"] * c.kwargs["TH"] * c.kwargs["TW"])]
+    small = named_args["SIZE"] <= SMALL_CLASS
+    fit = [c for c in configs if c.kwargs["TT"] <= t and c.kwargs["TH"] <= max(2, h) and c.kwargs["TW"] <= max(8, w)
+           and (small or _queries(c) >= SMALL_TILE)]
+    return fit or [min(configs, key=_queries)]
 
 
-_heuristic_kernel = triton.heuristics({"RW": _rw, "RHE": _rhe})(_na3d_fwd)
+def _quick_bench(fn, quantiles=None, **kwargs):
+    """The autotuner's timing of one tile, shorter than Triton's default (25 + 100 ms a tile)."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+
+
 # The autotune's choice is cached on disk (Triton's cache directory) where this Triton can: a new
 # process then skips timing the tile shapes per key (seconds on the DiffVAE's first decode).
-_CACHE_RESULTS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-_tuned_kernel = triton.autotune(
-    configs=[triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in CONFIGS],
-    key=["KT", "KH", "KW", "CT", "CH", "CW", "D", "SIZE"], prune_configs_by={"early_config_prune": _prune},
-    **_CACHE_RESULTS,
-)(_heuristic_kernel)
-# (kernel, causal, head_dim, dtype, size class) -> the launch kwargs of the tile the autotuner chose.
+_AUTOTUNE_ARGS = {k: v for k, v in (("cache_results", True), ("do_bench", _quick_bench))
+                  if k in inspect.signature(triton.autotune).parameters}
+
+
+def _autotuned(kernel):
+    return triton.autotune(
+        configs=[triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in CONFIGS],
+        key=["KT", "KH", "KW", "CT", "CH", "CW", "D", "SIZE"], prune_configs_by={"early_config_prune": _prune},
+        **_AUTOTUNE_ARGS,
+    )(triton.heuristics({"RW": _rw, "RHE": _rhe})(kernel))
+
+
+# Tuned per kernel flavour (shared strides or not), so a first call compiles only the one it runs.
+_TUNED = {True: _autotuned(_na3d_fwd_shared), False: _autotuned(_na3d_fwd)}
+# (kernel, causal, head_dim, dtype, size class, shared strides) -> the launch kwargs of the tile chosen.
 _CHOSEN: dict[tuple, dict] = {}
 
 
@@ -276,23 +296,25 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
     size = size_class(b * heads, t, h, w)
     if config is None and interpreting():
         config = INTERPRET_CONFIG
-    key = (kernel, causal, d, q.dtype, size)
-    launch = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
     strides = q.stride()[:5]
     shared = strides == k.stride()[:5] == v.stride()[:5] == out.stride()[:5]
+    key = (kernel, causal, d, q.dtype, size, shared)
+    launch = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
+    stride_args = strides if shared else (*strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5])
     for bh_start in range(0, b * heads, MAX_GRID_Y):
         bh_count = min(MAX_GRID_Y, b * heads - bh_start)
         if launch is None:  # the first call of this key: the autotuner times the tiles
-            _tuned_kernel[lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)](
-                q, k, v, out, *strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5], t, h, w, heads,
-                qk_scale, bh_start, size, **_meta(kernel, causal, d, q.dtype))
-            c = _tuned_kernel.best_config
+            tuner = _TUNED[shared]
+            tuner[lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)](
+                q, k, v, out, *stride_args, t, h, w, heads, qk_scale, bh_start, size,
+                **_meta(kernel, causal, d, q.dtype))
+            c = tuner.best_config
             chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
             launch = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
             continue
         grid = _grid(t, h, w, launch["TT"], launch["TH"], launch["TW"], bh_count)
         if shared:
-            _na3d_fwd_shared[grid](q, k, v, out, *strides, t, h, w, heads, qk_scale, bh_start, **launch)
+            _na3d_fwd_shared[grid](q, k, v, out, *strides, t, h, w, heads, qk_scale, bh_start, size, **launch)
         else:
             _na3d_fwd[grid](q, k, v, out, *strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5],
                             t, h, w, heads, qk_scale, bh_start, size, **launch)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import triton
 
 from kernels.na3d_eager import na3d_eager, plan_tiles
 from kernels.na3d_reference import na3d_reference
@@ -148,3 +149,46 @@ def test_natten_flex_matches_reference():
         want = na3d_reference(q, k, v, kernel, is_causal=causal)
         got = natten.na3d(q, k, v, kernel, is_causal=causal, backend="flex-fna")
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_autotune_prunes_tiles_longer_than_an_axis_and_small_tiles_above_small_classes():
+    """A first call compiles and times only the tiles that can win (each costs seconds on a GPU)."""
+    from kernels import na3d_triton as mod
+
+    configs = [triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in mod.CONFIGS]
+
+    def kept(t, h, w, heads):
+        args = {"T": t, "H": h, "W": w, "SIZE": mod.size_class(heads, t, h, w)}
+        return {(c.kwargs["TT"], c.kwargs["TH"], c.kwargs["TW"]) for c in mod._prune(configs, args)}
+
+    large = kept(18, 34, 60, 32)
+    assert (1, 2, 8) not in large and (1, 4, 8) not in large and (2, 4, 8) in large
+    tiny = kept(1, 2, 8, 1)
+    assert tiny == {(1, 2, 8)}
+    assert (1, 4, 8) in kept(4, 8, 8, 8) and (2, 4, 8) in kept(4, 8, 8, 8)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_first_call_autotunes_then_launches_the_chosen_tile_straight(monkeypatch, shared):
+    """The autotuned path (the interpreter otherwise takes a fixed tile): the tuner of the call's
+    kernel flavour times the pruned tiles once per key; the next call launches its choice."""
+    from kernels import na3d_triton as mod
+
+    timed = []
+
+    def fake_bench(fn, quantiles=None, **kwargs):  # no CUDA events here: every tile "takes" 1 ms
+        fn()
+        timed.append(1)
+        return [1.0, 1.0, 1.0]
+    monkeypatch.setattr(mod._TUNED[shared], "do_bench", fake_bench)
+    monkeypatch.setattr(mod._TUNED[shared], "cache_results", False)
+    monkeypatch.setattr(mod, "_CHOSEN", {})
+    monkeypatch.setattr(mod, "interpreting", lambda: False)
+    q, k, v = rand((1, 2, 4, 9, 2, 16))
+    if not shared:
+        k = k.transpose(2, 3).contiguous().transpose(2, 3)
+    want = na3d_reference(q, k, v, (1, 3, 3))
+    for _ in range(2):
+        torch.testing.assert_close(mod.launch(q, k, v, (1, 3, 3), (False,) * 3), want, atol=1e-4, rtol=1e-4)
+    assert [key[-1] for key in mod._CHOSEN] == [shared]
+    assert 1 <= len(timed) < len(mod.CONFIGS)  # pruned, and timed on the first call only

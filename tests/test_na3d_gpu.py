@@ -59,7 +59,7 @@ def test_edge_cases_against_reference(na3d_triton, shape, kernel, causal, dtype,
     assert (got.float() - want).abs().max().item() < tol
 
 
-@pytest.mark.parametrize("config_index", range(12))
+@pytest.mark.parametrize("config_index", range(9))
 @pytest.mark.parametrize("shape, kernel, causal, dtype", [
     ((2, 5, 19, 21, 2, 64), (3, 7, 7), (False, True, False), torch.float16),
     ((1, 4, 9, 11, 1, 32), (2, 4, 5), False, torch.float32),
@@ -68,7 +68,7 @@ def test_every_tile_config_is_correct(na3d_triton, config_index, shape, kernel, 
     """Autotuning may pick any config: each must compute the same function."""
     from kernels.na3d_triton import CONFIGS
 
-    assert len(CONFIGS) == 12, "keep the parametrize range in step with the config list"
+    assert len(CONFIGS) == 9, "keep the parametrize range in step with the config list"
     q, k, v = rand(shape, dtype, seed=config_index)
     want = na3d_reference(q.float(), k.float(), v.float(), kernel, is_causal=causal)
     got = na3d_triton(q, k, v, kernel, is_causal=causal, config=CONFIGS[config_index])
@@ -103,7 +103,7 @@ def test_tuned_then_launched_straight_per_size_class(na3d_triton):
         want = na3d_reference(q.float(), k.float(), v.float(), kernel)
         for _ in range(2):
             assert (na3d_triton(q, k, v, kernel).float() - want).abs().max().item() < 2e-3
-    assert len({key[-1] for key in mod._CHOSEN}) == 3  # three size classes, each tuned once
+    assert len({key[-2] for key in mod._CHOSEN}) == 3  # three size classes, each tuned once
 
 
 def test_registry_auto_picks_triton_on_cuda():
