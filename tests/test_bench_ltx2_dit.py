@@ -103,6 +103,7 @@ def row(stdout: str, name: str) -> list[str]:
 
 
 @pytest.mark.ltx2
+@pytest.mark.slow  # 6 s: the real script in subprocesses (CI runs it; the quick suite stays under 4 min)
 def test_table_on_the_cpu(ltx2_core):
     """LTX-2 as built, then LTX-2's own fp8-cast in another process on the same weights: its rel L2
     against the first process's reference output is that of fp8 weights, not of other weights."""
@@ -134,6 +135,7 @@ def test_labels_come_off_again(bench, ltx2_core):
 
 
 @pytest.mark.ltx2
+@pytest.mark.slow  # 5 s, as above
 def test_breakdown_on_the_cpu(ltx2_core):
     out = run("--breakdown", "ltx2", "--tokens", "32,40")
     assert "breakdown: LTX-2 as built, 40 video + 6 audio + 8 text tokens, 1 layers" in out

@@ -146,6 +146,7 @@ def _capture_latent(monkeypatch, into: list):
     monkeypatch.setattr(blocks.VideoDecoder, "__call__", capture)
 
 
+@pytest.mark.slow  # 24 s: a whole tiny distilled run twice (CI runs it; the quick suite stays under 4 min)
 def test_a_profile_equal_to_ltx2s_defaults_gives_ltx2s_latents(ltx2_pipelines, tiny, tmp_path, monkeypatch):
     args = args_for(tiny, "distilled", tmp_path / "x.mp4")
     plain, ours = [], []
