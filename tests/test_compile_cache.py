@@ -50,3 +50,25 @@ def test_what_a_process_compiled_elsewhere_is_merged_in_keeping_what_is_there(tm
     assert (tmp_path / "tri" / "k1" / "kernel.cubin").read_text() == "cubin"
     assert not list(tmp_path.rglob("*.part"))
     assert merge_compile_caches(tmp_path / "nothing", env) == 0
+
+
+def test_merged_triton_groups_find_their_kernels_after_the_source_is_gone(tmp_path, monkeypatch):
+    """Triton's group files list their members by absolute path: merged, they must name the copies
+    (the tune's cold directory is deleted after the merge; a group pointing there recompiles all)."""
+    import shutil
+
+    from triton.runtime.cache import FileCacheManager
+
+    from backends.runtime.compile_cache import merge_compile_caches
+
+    cold, warm = tmp_path / "cold", tmp_path / "warm"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cold / "triton"))
+    cache = FileCacheManager("k" * 32)
+    member = cache.put(b"cubin", "kernel.cubin", binary=True)
+    cache.put_group("kernel.json", {"kernel.cubin": member})
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(warm / "inductor"), "TRITON_CACHE_DIR": str(warm / "triton")}
+    assert merge_compile_caches(cold, env) == 2
+    shutil.rmtree(cold)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(warm / "triton"))
+    group = FileCacheManager("k" * 32).get_group("kernel.json")
+    assert group is not None and open(group["kernel.cubin"], "rb").read() == b"cubin"

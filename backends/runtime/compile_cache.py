@@ -72,7 +72,11 @@ def merge_compile_caches(src: Path, environ: MutableMapping[str, str] | None = N
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f".{target.name}.{os.getpid()}.part")
-            shutil.copyfile(path, partial)
+            if path.name.startswith("__grp__") and path.suffix == ".json":
+                # Triton's group files name their members by absolute path: point them at the copies
+                partial.write_text(path.read_text().replace(str(root), str(into)))
+            else:
+                shutil.copyfile(path, partial)
             os.replace(partial, target)
             copied += 1
     return copied
