@@ -148,6 +148,7 @@ def test_the_worker_times_a_first_call_alone_in_the_cache_it_is_given(monkeypatc
     spec = {"option": COMPILE, "value": "true", "device": "cpu", "na_backend": "auto", "shapes": [224, 224, 9, 1],
             "compile_cache": str(tmp_path), "first_only": True}
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # the worker sets both: put them back after the test
     assert runmod.worker(spec) == {"status": "measured", "warmup_s": 2.5, "reason": "first call only"}
     assert seen == {"first_only": True, "cache": str(tmp_path / "inductor")}
     row = runmod.worker(dict(spec, first_only=False, compile_cache=None))
@@ -161,3 +162,19 @@ def test_the_dit_measurement_times_one_forward_of_48_blocks_and_its_first_call(n
     ms, err, warm = measure.compile_enabled("false", narrow, "cpu", torch.float32)
     assert ms == 24.0 and err < 1e-5 and warm > 0  # the pair's 1 ms x 48 / 2
     assert measure.compile_enabled("false", narrow, "cpu", torch.float32, first_only=True)[:2] == (None, None)
+
+
+def test_a_cached_compiled_row_without_its_first_call_is_measured_again(fake_worker, tmp_path, monkeypatch):
+    """A cache from before first calls were timed holds compiled rows auto cannot weigh: the next tune
+    measures them again (cold, then warm) instead of reusing them."""
+    from backends.machine.tuned import Candidate, Tuned, store_tuned
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cap = live()
+    store_tuned(cap, Tuned(cap.fingerprint(), "768x512x121", (
+        Candidate(COMPILE, "false", "measured", 447.0, 1e-3, "", 5.0),
+        Candidate(COMPILE, "true", "measured", 361.0, 1e-3, "", 12.0))))
+    tuned = runmod.tune(Profile(), cap, RunShapes(768, 512, 121), options=(COMPILE,), budget=60)
+    assert fake_worker.read_text().splitlines() == ["true first_only=False cold=True", "true first_only=True cold=False"]
+    rows = {c.value: c for c in tuned.candidates}
+    assert (rows["true"].warmup_s, rows["true"].warmup_cached_s) == (8.1, 2.2)

@@ -154,7 +154,7 @@ def test_without_measurements_auto_is_the_prior_and_a_pinned_value_is_kept():
     cap = live()
     plan = resolve(Profile(), cap)
     assert plan[MODE].effective == "chunked_eager" and "prior, not measured here" in plan[MODE].chain[-1].reason
-    assert plan[COMPILE].effective is False and "prior" in plan[COMPILE].chain[-1].reason
+    assert plan[COMPILE].effective is False and "compiled" not in plan[COMPILE].chain[-1].reason
     assert plan["compile.mode"].effective is None  # unused: auto runs eager
     pinned = resolve(Profile().replace(**{MODE: "combined_compile", COMPILE: True}), cap, whole_run(cap))
     assert pinned[MODE].effective == "combined_compile" and pinned[COMPILE].effective is True
@@ -205,6 +205,22 @@ def test_an_old_cache_without_warm_up_times_or_runs_still_loads(cache_home):
     old = load_tuned(cap)
     assert old.runs == 1 and {c.warmup_s for c in old.candidates} == {None}
     assert old.chosen(run_calls(old)) == {MODE: "chunked_compile", COMPILE: "true"}  # steady times alone
+    # ... which auto does not weigh: a compiled time without its first call leaves the compile out
+    plan = resolve(Profile(), cap, old)
+    assert plan[MODE].effective == "chunked_eager"
+    assert plan[COMPILE].effective is False and "compiled" not in plan[COMPILE].chain[-1].reason
     entry["candidates"][0]["warmup_s"] = "slow"
     path.write_text(json.dumps(data))
     assert load_tuned(cap) is None
+
+
+def test_a_cached_value_this_version_does_not_know_is_not_weighed(cache_home):
+    """A cache written by another version may hold values this one lacks: auto weighs the others
+    instead of failing every resolve (--check, the app, the launcher)."""
+    cap = live()
+    odd = T(cap, (MODE, "chunked_turbo", "measured", 10.0, 1e-3, "", 5.0, 0.1, 0.1),
+            (MODE, "chunked_eager", "measured", 1190.0, 1e-3, "", 9.0, 1.5),
+            (COMPILE, "yes", "measured", 10.0, 1e-3, "", 5.0, 0.1, 0.1))
+    plan = resolve(Profile(), cap, odd)
+    assert plan[MODE].effective == "chunked_eager" and "measured" in plan[MODE].chain[-1].reason
+    assert plan[COMPILE].effective is False

@@ -85,12 +85,23 @@ def cost_text(c: Candidate, option: str, calls: int) -> str:
     return f"{label} {_s(c.ms / 1000)}/{UNIT[option]}{first if extra > 0 else ''} = {_s(c.run_s(calls))}"
 
 
+def counted(option: str, c: Candidate) -> bool:
+    """Whether `auto` may weigh measured candidate `c`: a value this version knows (a cache written by
+    another version may hold others), and for a compiled one, its first call measured (a cache from
+    before first calls were timed has only the steady time, which leaves the compile out)."""
+    try:
+        compiled = descriptor(option, c.value).compiled
+    except (KeyError, ValueError):
+        return False
+    return not compiled or c.warmup_s is not None
+
+
 def auto_choice(option: str, tuned: Tuned | None, length: RunLength,
                 runnable: Callable[[str], bool] = lambda v: True) -> tuple[str, str]:
     """(the value `auto` picks for `option`, why): the measured value (that `runnable` allows) with
     the shortest run of `length`, else the prior."""
     calls = length.calls(option)
-    ranked = [c for c in (tuned.ranked(option, calls) if tuned else []) if runnable(c.value)]
+    ranked = [c for c in (tuned.ranked(option, calls) if tuned else []) if counted(option, c) and runnable(c.value)]
     if not ranked:
         return PRIOR[option], PRIOR_WHY[option]
     best, rest = ranked[0], ranked[1:]

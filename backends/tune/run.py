@@ -38,7 +38,7 @@ from backends.config import values
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import Profile, show_value
 from backends.config.plan import resolve
-from backends.config.run_length import UNIT
+from backends.config.run_length import UNIT, counted
 from backends.machine.capability import Capability
 from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned, tune_lock
 from backends.machine.worker import Outcome, Worker
@@ -130,7 +130,9 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
           on_event: Callable[[int, int, Candidate | None], None] | None, cancel: threading.Event | None) -> Tuned:
     specs, not_timed = candidates(profile, cap, options)
     earlier = () if fresh else (load_tuned(cap, shapes.label) or Tuned("", "", ())).candidates
-    cached = {(c.option, c.value): c for c in earlier if c.status != "skipped" or c.reason.startswith(STOPPED)}
+    cached = {(c.option, c.value): c for c in earlier
+              if (c.status != "skipped" or c.reason.startswith(STOPPED))
+              and (c.option not in UNIT or c.status != "measured" or counted(c.option, c))}  # first call timed
     unfinished = {(c.option, c.value): c.seconds for c in earlier if c.reason.startswith(UNFINISHED) and c.seconds}
     done: list[Candidate] = [Candidate(o, v, "skipped", reason=why) for o, v, why in not_timed]
     prior = {d.option: show_value(d.effective) for d in resolve(profile, cap)}
