@@ -326,4 +326,8 @@ def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(
     with pytest.raises(launcher.LaunchError) as e:  # 11 distilled forwards do not pay for the compile
         launcher.prepare(None, "ltx_pipelines.distilled", ["--compile"], capability=cap)
     assert "the profile has compile.enabled = false" in str(e.value)
-    assert "(auto decided by the plan: compile.enabled = false, diffvae.mode = chunked_eager)" in str(e.value)
+    assert "; auto decided by the plan: compile.enabled = false, diffvae.mode = chunked_eager)" in str(e.value)
+    assert "((" not in str(e.value)
+    with pytest.raises(launcher.LaunchError, match="arguments: .*bogus"):  # judged again against auto's true
+        launcher.prepare(None, "ltx_pipelines.ti2vid_one_stage",
+                         ["--num-inference-steps", "40", "--compile", "bogus=1"], capability=cap, dry_run=True)

@@ -143,8 +143,18 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
 
 def conflict_message(policy: flagmod.FlagPolicy, label: str) -> str:
     return "the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
-        f"  {v.flag}: {v.detail} ({label}); drop the flag or change {v.option} in the profile"
+        f"  {v.flag}: {v.detail} ({label.strip('()')}); drop the flag or change {v.option} in the profile"
         for v in policy.conflicts)
+
+
+def _policy(module: str, module_args, profile, label: str, multi_gpu: bool):
+    """LTX-2's flags judged against `profile`; a conflict becomes a LaunchError that says which."""
+    try:
+        return flagmod.policy(module_args, profile, multi_gpu=multi_gpu)
+    except flagmod.ProfileConflict as e:
+        raise LaunchError(f"{label}: what {module} would silently not do:\n{e}") from None
+    except flagmod.FlagConflict as e:
+        raise LaunchError(f"{module}'s arguments: {e}") from None
 
 
 def prepare(profile_path: str | None, module: str, module_args: list[str] | tuple[str, ...], *,
@@ -165,12 +175,7 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
                           f"multi-GPU modules run; {module} runs on one GPU: use "
                           + (mgpu or " or ".join(flagmod.MGPU_MODULES)) + ", or set parallel.gpus = 1")
     undecided = {k for k in UNIT if str(profile.get(k)) == "auto"}  # the plan decides them (below)
-    try:
-        policy = flagmod.policy(module_args, profile.replace(**{k: PRIOR[k] for k in undecided}), multi_gpu=multi_gpu)
-    except flagmod.ProfileConflict as e:
-        raise LaunchError(f"{label}: what {module} would silently not do:\n{e}") from None
-    except flagmod.FlagConflict as e:
-        raise LaunchError(f"{module}'s arguments: {e}") from None
+    policy = _policy(module, module_args, profile.replace(**{k: PRIOR[k] for k in undecided}), label, multi_gpu)
     known = dataclasses.replace(policy, verdicts=tuple(v for v in policy.verdicts if v.option not in undecided))
     if known.conflicts and not dry_run:
         raise LaunchError(conflict_message(known, label))
@@ -182,10 +187,11 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     shape = _shape(tuple(module_args))
     plan = _plan(profile, capability, shape if multi_gpu else None, run_length(module, tuple(module_args)))
     if undecided:  # judged against what auto decided
-        policy = flagmod.policy(module_args, plan.pinned(), multi_gpu=multi_gpu)
+        policy = _policy(module, module_args, plan.pinned(), label, multi_gpu)
         if policy.conflicts and not dry_run:
-            raise LaunchError(conflict_message(policy, label + " (auto decided by the plan: " + ", ".join(
-                f"{k} = {show_value(plan[k].effective)}" for k in sorted(undecided)) + ")"))
+            decided = "auto decided by the plan: " + ", ".join(
+                f"{k} = {show_value(plan[k].effective)}" for k in sorted(undecided))
+            raise LaunchError(conflict_message(policy, f"{label.strip('()')}; {decided}"))
     if plan.blocking:
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
