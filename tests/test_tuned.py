@@ -161,23 +161,30 @@ def test_without_measurements_auto_is_the_prior_and_a_pinned_value_is_kept():
     assert "auto" not in pinned[MODE].chain[-1].reason
 
 
-def test_auto_never_picks_what_only_another_kernel_family_runs_and_keeps_ltx2s_warning():
+def test_auto_never_picks_what_ltx2s_own_pipeline_raises_for():
+    """combined_compile without natten: ltx-tui's runtime runs it, LTX-2's pipeline raises, so auto
+    (whose decision --ltx-args exports) keeps to the layouts both run; asked for, it warns."""
     cap = without(live(), "natten")
     tuned = T(cap, (MODE, "chunked_eager", "measured", 1190.0, 1e-3), (MODE, "combined_compile", "measured", 5.0,
                                                                       1e-3, "", 9.0, 1.0, 1.0))
     d = resolve(Profile(), cap, tuned)[MODE]
-    assert d.effective == "combined_compile" and d.status is Status.WARNING  # ltx-tui runs it; LTX-2 would raise
-    assert d.rules == ("diffvae.combined-needs-natten",) and d.chain[0].reason.startswith("auto (fastest measured")
+    assert d.effective == "chunked_eager" and d.status is Status.OK and "combined" not in d.chain[-1].reason
+    asked = resolve(Profile().replace(**{MODE: "combined_compile"}), cap, tuned)[MODE]
+    assert asked.status is Status.WARNING and asked.rules == ("diffvae.combined-needs-natten",)
 
 
-def test_auto_compile_over_several_gpus_warns_of_the_barrier():
+def test_auto_never_compiles_over_several_gpus_and_asked_for_it_warns_of_the_barrier():
+    """LTX-2's own *_mgpu CLI traps in its all2all barrier on a first compiled step: auto, whose
+    decision --ltx-args exports, stays eager there however long the run; asked for, it warns."""
     from backends.config.run_length import RunLength
 
     cap = live("h200x2")
     prof = Profile().replace(**{"parallel.gpus": 2, "transformer.quantization": "fp8-cast"})
-    d = resolve(prof, cap, whole_run(cap), RunLength(runs=5))[COMPILE]
-    assert d.effective is True and d.status is Status.WARNING and d.rules == ("parallel.compile-barrier",)
-    assert resolve(prof, cap, whole_run(cap))[COMPILE].status is Status.OK  # auto ran eager: no barrier
+    d = resolve(prof, cap, whole_run(cap), RunLength(runs=50))[COMPILE]
+    assert d.effective is False and d.status is Status.OK
+    asked = resolve(prof.replace(**{COMPILE: True}), cap, whole_run(cap))[COMPILE]
+    assert asked.status is Status.WARNING and asked.rules == ("parallel.compile-barrier",)
+    assert resolve(Profile(), cap, whole_run(cap), RunLength(runs=50))[COMPILE].effective is True  # one GPU
 
 
 def test_ltx_args_say_what_auto_decided():

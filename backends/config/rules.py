@@ -295,9 +295,11 @@ def na_auto_choice(f: Facts, usable_here: Callable[[NABackend], Availability] | 
 # --- auto for the options whose first call compiles (decided in `run_length.auto_choice`) ----
 
 def diffvae_auto(f: Facts) -> tuple[DiffVAEMode, str]:
-    """The layout `diffvae.mode = auto` runs here, and why (never blackwell_dsl: its own kernels)."""
+    """The layout `diffvae.mode = auto` runs here, and why (never blackwell_dsl: its own kernels; never
+    combined_compile without natten: LTX-2's own pipeline raises for it, so its flags could not carry it)."""
     mode, why = auto_choice("diffvae.mode", f.tuned, length_of(f.tuned, f.length),
-                            lambda v: v != "auto" and not value("diffvae.mode", v).needs)
+                            lambda v: v != "auto" and not value("diffvae.mode", v).needs
+                            and (v != DiffVAEMode.COMBINED_COMPILE.value or _natten_usable(f)))
     return DiffVAEMode(mode), why
 
 
@@ -306,7 +308,10 @@ def compiles(f: Facts) -> tuple[bool, str | None]:
     asked = f.profile.compile.enabled
     if asked is not CompileEnabled.AUTO:
         return asked is CompileEnabled.TRUE, None
-    enabled, why = auto_choice("compile.enabled", f.tuned, length_of(f.tuned, f.length))
+    # never compiled under sequence parallelism by auto: LTX-2's own *_mgpu CLI would trap in its all2all
+    # barrier on the first compiled step (rule parallel.compile-barrier; asked for, `ltx-tui run` copes)
+    enabled, why = auto_choice("compile.enabled", f.tuned, length_of(f.tuned, f.length),
+                               lambda v: v == "false" or not f.multi)
     return enabled == "true", why
 
 
