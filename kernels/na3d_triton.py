@@ -257,7 +257,7 @@ def _autotuned(kernel):
 
 # Tuned per kernel flavour (shared strides or not), so a first call compiles only the one it runs.
 _TUNED = {True: _autotuned(_na3d_fwd_shared), False: _autotuned(_na3d_fwd)}
-# (kernel, causal, head_dim, dtype, size class, shared strides) -> the launch kwargs of the tile chosen.
+# (device, kernel, causal, head_dim, dtype, size class, shared strides) -> the launch kwargs of the tile chosen.
 _CHOSEN: dict[tuple, dict] = {}
 
 
@@ -292,13 +292,13 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
         v = v.contiguous()
     b, t, h, w, heads, d = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    qk_scale = (d ** -0.5 if scale is None else scale) * LOG2E
+    qk_scale = (d ** -0.5 if scale is None else float(scale)) * LOG2E
     size = size_class(b * heads, t, h, w)
     if config is None and interpreting():
         config = INTERPRET_CONFIG
     strides = q.stride()[:5]
     shared = strides == k.stride()[:5] == v.stride()[:5] == out.stride()[:5]
-    key = (kernel, causal, d, q.dtype, size, shared)
+    key = (q.device, kernel, causal, d, q.dtype, size, shared)
     launch = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
     stride_args = strides if shared else (*strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5])
     for bh_start in range(0, b * heads, MAX_GRID_Y):
@@ -308,7 +308,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
             tuner[lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)](
                 q, k, v, out, *stride_args, t, h, w, heads, qk_scale, bh_start, size,
                 **_meta(kernel, causal, d, q.dtype))
-            c = tuner.best_config
+            c = tuner.best_config  # (two threads' first calls at once may store either's choice: both run)
             chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
             launch = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
             continue

@@ -112,3 +112,16 @@ def test_compiled_callers_keep_the_na_call_in_one_graph():
         out = compiled(q, k, v)
     assert len(graphs) == 1 and torch.ops.ltx_tui.na3d_eager.default in graphs[0]
     torch.testing.assert_close(out, na3d_reference(q, k, v, 3, scale=1.0) + 1.0, atol=1e-4, rtol=1e-4)
+
+
+def test_the_public_api_refuses_a_forward_that_needs_gradients():
+    """Its kernels have no backward: a call that would need one is refused up front (the eager path
+    no longer goes through the custom op, which used to raise at backward)."""
+    q, k, v = rand((1, 3, 4, 5, 2, 16))
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="inference only"):
+        na3d(q, k, v, 3, backend="eager_sdpa")
+    na3d(q, k, v, 3, backend="reference").sum().backward()  # the brute force one autograd can follow
+    assert q.grad is not None
+    with torch.no_grad():
+        na3d(q, k, v, 3, backend="eager_sdpa")

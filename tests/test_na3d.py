@@ -192,3 +192,9 @@ def test_a_first_call_autotunes_then_launches_the_chosen_tile_straight(monkeypat
         torch.testing.assert_close(mod.launch(q, k, v, (1, 3, 3), (False,) * 3), want, atol=1e-4, rtol=1e-4)
     assert [key[-1] for key in mod._CHOSEN] == [shared]
     assert 1 <= len(timed) < len(mod.CONFIGS)  # pruned, and timed on the first call only
+
+
+def test_a_tensor_scale_is_taken_as_a_number():
+    q, k, v = rand((1, 3, 4, 9, 1, 16))
+    want = na3d_reference(q, k, v, 3, scale=0.5)
+    torch.testing.assert_close(na3d_triton(q, k, v, 3, scale=torch.tensor(0.5)), want, atol=1e-4, rtol=1e-4)

@@ -175,6 +175,8 @@ def na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3,
          capability: Capability | None = None) -> torch.Tensor:
     """3D neighborhood attention on (B, T, H, W, heads, head_dim) tensors with the chosen backend."""
     kernel, causal = check_na3d(q, k, v, kernel_size, is_causal)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)) and backend != "reference":
+        raise RuntimeError(f"{backend}: {INFERENCE_ONLY} (or backend='reference', which autograd can follow)")
     name = choose_backend(q, backend, capability)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if name == "triton" and not torch.compiler.is_compiling():  # checked above: straight to the launch
