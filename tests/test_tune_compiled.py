@@ -159,9 +159,12 @@ def test_the_worker_times_a_first_call_alone_in_the_cache_it_is_given(monkeypatc
 @pytest.mark.usefixtures("ltx2_core")
 def test_the_dit_measurement_times_one_forward_of_48_blocks_and_its_first_call(narrow, monkeypatch):  # noqa: F811
     monkeypatch.setattr(measure, "bench", lambda fn, device: fn() and 1.0)
+    monkeypatch.setattr(measure, "first_call", lambda fn, device: fn() and 0.5)
     ms, err, warm = measure.compile_enabled("false", narrow, "cpu", torch.float32)
-    assert ms == 24.0 and err < 1e-5 and warm > 0  # the pair's 1 ms x 48 / 2
-    assert measure.compile_enabled("false", narrow, "cpu", torch.float32, first_only=True)[:2] == (None, None)
+    assert ms == 24.0 and err < 1e-5  # the pair's 1 ms x 48 / 2
+    assert warm == 0.5 + 23 * 0.001  # a whole DiT's first forward: the pair's first call + 23 pairs at 1 ms
+    ms, err, warm = measure.compile_enabled("false", narrow, "cpu", torch.float32, first_only=True)
+    assert (ms, err, warm) == (None, None, 0.5 + 23 * 0.5)  # the steady time from the pair's second call
 
 
 def test_a_cached_compiled_row_without_its_first_call_is_measured_again(fake_worker, tmp_path, monkeypatch):
