@@ -117,9 +117,11 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     if not fresh and not output:  # all of it cached: shown without probing (no torch import, no CUDA)
         hit = load_quick(shapes.label)
         if hit is not None and runs in (None, hit.runs) and complete(hit, keys):  # another --runs: stored below
-            auto = {o: _auto_value(o, v) for o, v in hit.chosen(run_calls(hit)).items()
-                    if o in AUTO_OPTIONS and o in keys and str(profile.get(o)) in ("auto", "automatic")}
-            reasons = {o: auto_choice(o, hit, length_of(hit, None))[1] for o in auto if o in UNIT}
+            asked = [o for o in AUTO_OPTIONS if o in keys and str(profile.get(o)) in ("auto", "automatic")]
+            auto = {o: _auto_value(o, v) for o, v in hit.chosen(run_calls(hit)).items() if o in asked and o not in UNIT}
+            decided = {o: auto_choice(o, hit, length_of(hit, None)) for o in asked if o in UNIT}  # as the plan
+            auto.update({o: _auto_value(o, v) for o, (v, _) in decided.items()})
+            reasons = {o: why for o, (_, why) in decided.items()}
             cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)
             return _report(hit, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, cached,
                            "all from the cache, found without probing", reasons)

@@ -233,3 +233,17 @@ def test_decoder_mode_measurement_runs_ltx2s_decoder_against_its_own_path(narrow
     ms, err, warm = measure.diffvae_mode("chunked_eager", narrow, "cpu", torch.float32, na_backend="eager_sdpa")
     assert ms > 0 and err < 1e-4  # ltx-tui's eager SDPA NA in LTX-2's chunked layout vs LTX-2's own
     assert warm > 0
+
+
+def test_a_cached_rerun_reports_the_same_auto_as_the_fresh_one(capsys, monkeypatch):
+    """compile.enabled and diffvae.mode are decided as the plan decides them (their prior where
+    nothing compiled was measured), fresh or from the cache."""
+    args = ["--tune", "--options", "transformer.attention,compile.enabled,diffvae.mode", "--resolution", "224x224",
+            "--frames", "9", "--json"]
+    assert main(args) == 0
+    fresh = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    cached = json.loads(capsys.readouterr().out)
+    assert cached["from_cache"] > 0 and fresh["auto"] == cached["auto"]
+    assert {k: fresh["auto"][k] for k in ("compile.enabled", "diffvae.mode")} == {
+        "compile.enabled": False, "diffvae.mode": "chunked_eager"}
