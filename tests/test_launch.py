@@ -294,6 +294,7 @@ def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, mon
     ("ltx_pipelines.distilled_mgpu", ["--num-inference-steps", "50"], 11, "distilled schedule"),
     ("ltx_pipelines.ti2vid_one_stage", ["--num-inference-steps", "40"], 40, "--num-inference-steps 40"),
     ("ltx_pipelines.ti2vid_two_stages", [], 33, "30 steps, the fewer of LTX-2's defaults + 3 stage-2 steps"),
+    ("ltx_pipelines.ti2vid_two_stages_hq_mgpu", [], 18, "15 steps"),  # LTX_2_3_HQ_PARAMS
 ])
 def test_a_run_is_one_generation_of_the_modules_dit_forwards(module, args, forwards, words):
     from backends.launch.run import run_length

@@ -33,7 +33,7 @@ from typing import Callable
 from backends.config.options import Profile, show_value, toml_value
 from backends.config.rules import Status
 from backends.config.plan import Plan
-from backends.config.run_length import PRIOR, UNIT, RunLength
+from backends.config.run_length import DISTILLED_FORWARDS, PRIOR, UNIT, RunLength
 from backends.config.profile import MAX_BYTES, ProfileError, dumps, read
 from backends.launch import flags as flagmod
 from backends.launch import gate
@@ -104,8 +104,9 @@ def _shape(args: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-DISTILLED_STEPS = 8 + 3  # LTX-2's DISTILLED_SIGMA_VALUES (8 steps), then STAGE_2_DISTILLED_SIGMA_VALUES (3)
-DEFAULT_STEPS = 30  # LTX-2's --num-inference-steps default: 40 (LTX-2.0), 30 (LTX-2.3 checkpoints); the fewer
+# LTX-2's --num-inference-steps defaults (ltx_pipelines/utils/constants.py): 40 (LTX-2.0), 30 (LTX-2.3
+# checkpoints); the HQ two-stage modules' LTX_2_3_HQ_PARAMS: 15. The fewer of a module's.
+DEFAULT_STEPS, HQ_STEPS = 30, 15
 
 
 def run_length(module: str, args: tuple[str, ...]) -> RunLength:
@@ -115,11 +116,11 @@ def run_length(module: str, args: tuple[str, ...]) -> RunLength:
     guidance adds forwards, so the run makes at least this many."""
     name = module.rsplit(".", 1)[-1]
     if "distilled" in name:
-        return RunLength(1, DISTILLED_STEPS, f"{name}: LTX-2's distilled schedule, 8 + 3 steps")
+        return RunLength(1, DISTILLED_FORWARDS, f"{name}: LTX-2's distilled schedule, 8 + 3 steps")
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument("--num-inference-steps", type=str)
     given = p.parse_known_args(list(args))[0].num_inference_steps
-    steps = int(given) if given is not None and given.isdigit() else DEFAULT_STEPS
+    steps = int(given) if given is not None and given.isdigit() else HQ_STEPS if "_hq" in name else DEFAULT_STEPS
     two = 3 if "two_stage" in name else 0
     said = f"--num-inference-steps {steps}" if given is not None and given.isdigit() else \
         f"{steps} steps, the fewer of LTX-2's defaults"
