@@ -224,11 +224,17 @@ def _queries(c) -> int:
     return c.kwargs["TT"] * c.kwargs["TH"] * c.kwargs["TW"]
 
 
+def size_key(bh: int, t: int, h: int, w: int) -> int:
+    """The autotune key's SIZE: the size class x 8 + which axes are shorter than some tile (T < 2,
+    H < 8, W < 16: `_prune` drops tiles by them, so problems that differ there tune apart)."""
+    return size_class(bh, t, h, w) * 8 + (t < 2) + 2 * (h < 8) + 4 * (w < 16)
+
+
 def _prune(configs, named_args, **kwargs):
     """Drop tiles longer than an axis (their lanes would idle) and, above the small size classes,
     the small tiles; keep the smallest if none is left."""
     t, h, w = named_args["T"], named_args["H"], named_args["W"]
-    small = named_args["SIZE"] <= SMALL_CLASS
+    small = named_args["SIZE"] // 8 <= SMALL_CLASS
     fit = [c for c in configs if c.kwargs["TT"] <= t and c.kwargs["TH"] <= max(2, h) and c.kwargs["TW"] <= max(8, w)
            and (small or _queries(c) >= SMALL_TILE)]
     return fit or [min(configs, key=_queries)]
@@ -293,7 +299,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
     b, t, h, w, heads, d = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     qk_scale = (d ** -0.5 if scale is None else float(scale)) * LOG2E
-    size = size_class(b * heads, t, h, w)
+    size = size_key(b * heads, t, h, w)
     if config is None and interpreting():
         config = INTERPRET_CONFIG
     strides = q.stride()[:5]

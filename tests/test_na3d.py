@@ -158,7 +158,7 @@ def test_autotune_prunes_tiles_longer_than_an_axis_and_small_tiles_above_small_c
     configs = [triton.Config(c.kwargs(), num_warps=c.num_warps, num_stages=c.num_stages) for c in mod.CONFIGS]
 
     def kept(t, h, w, heads):
-        args = {"T": t, "H": h, "W": w, "SIZE": mod.size_class(heads, t, h, w)}
+        args = {"T": t, "H": h, "W": w, "SIZE": mod.size_key(heads, t, h, w)}
         return {(c.kwargs["TT"], c.kwargs["TH"], c.kwargs["TW"]) for c in mod._prune(configs, args)}
 
     large = kept(18, 34, 60, 32)
@@ -198,3 +198,13 @@ def test_a_tensor_scale_is_taken_as_a_number():
     q, k, v = rand((1, 3, 4, 9, 1, 16))
     want = na3d_reference(q, k, v, 3, scale=0.5)
     torch.testing.assert_close(na3d_triton(q, k, v, 3, scale=torch.tensor(0.5)), want, atol=1e-4, rtol=1e-4)
+
+
+def test_problems_whose_short_axes_prune_other_tiles_tune_apart():
+    """A T=1 problem tunes among tiles one frame deep: a T=18 problem of its size class must not
+    inherit that choice."""
+    from kernels.na3d_triton import size_class, size_key
+
+    assert size_class(8, 1, 34, 60) == size_class(1, 9, 34, 60) == 1
+    assert size_key(8, 1, 34, 60) != size_key(1, 9, 34, 60)
+    assert size_key(1, 9, 34, 60) // 8 == 1 and size_key(1, 1, 2, 8) // 8 == -4

@@ -103,7 +103,7 @@ def test_tuned_then_launched_straight_per_size_class(na3d_triton):
         want = na3d_reference(q.float(), k.float(), v.float(), kernel)
         for _ in range(2):
             assert (na3d_triton(q, k, v, kernel).float() - want).abs().max().item() < 2e-3
-    assert len({key[-2] for key in mod._CHOSEN}) == 3  # three size classes, each tuned once
+    assert len({key[-2] for key in mod._CHOSEN}) == 3  # three size keys, each tuned once
 
 
 def test_registry_auto_picks_triton_on_cuda():
