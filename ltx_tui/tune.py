@@ -16,7 +16,7 @@ from typing import TextIO
 
 from backends.config import profile as profmod
 from backends.config.ltx2_shapes import RunShapes
-from backends.config.options import Profile, show_value
+from backends.config.options import CompileEnabled, Profile, show_value
 from backends.config.plan import resolve
 from backends.config.run_length import UNIT, auto_choice, length_of, run_calls
 from backends.machine import capability as capmod
@@ -58,7 +58,7 @@ def candidate_line(c: Candidate, chosen: bool = False) -> str:
 
 def _auto_value(option: str, value: str):
     """A candidate's value as the plan's effective value (compile.enabled: a boolean)."""
-    return {"true": True, "false": False}.get(value, value) if option == "compile.enabled" else value.split(":")[0]
+    return CompileEnabled(value).plain() if option == "compile.enabled" else value.split(":")[0]
 
 
 def pinned(profile: Profile, chosen: dict[str, str]) -> Profile:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from backends.config.options import Compile, CompileEnabled, OffloadMode, Profile, Quantization
 from backends.config.rules import OFFLOAD_QUANTIZATIONS
+from backends.config.run_length import UNIT
 from backends.config.values import LOADER, value
 
 FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
@@ -197,7 +198,7 @@ def _refuse_abbreviations(args: list[str]) -> None:
 
 
 def _decided(profile: Profile) -> None:
-    undecided = [k for k in ("diffvae.mode", "compile.enabled") if str(profile.get(k)) == "auto"]
+    undecided = [k for k in UNIT if str(profile.get(k)) == "auto"]
     if undecided:
         raise ValueError(f"{', '.join(undecided)} = auto: the flag policy judges a decided profile (Plan.pinned())")
 

@@ -84,7 +84,7 @@ def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str, compile_cache: Pa
                        "first_only": first_only})
 
 
-def compiles(spec: Spec) -> bool:
+def first_call_compiles(spec: Spec) -> bool:
     """Whether the candidate's first call compiles (it gets a second, warm-cache process)."""
     return spec.option in UNIT and values.value(spec.option, spec.value).compiled
 
@@ -152,7 +152,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             hit = cached.get((spec.option, spec.value))
             best = fastest.get(spec.option)
             left = budget - (time.monotonic() - t0)
-            least = COMPILE_MIN if compiles(spec) else SLOWER_MIN
+            least = COMPILE_MIN if first_call_compiles(spec) else SLOWER_MIN
             limit = min(left, max(least, SLOWER * best[1])) if best else left
             ran = unfinished.get((spec.option, spec.value))
             if hit is not None:
@@ -170,7 +170,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             else:
                 to_run -= 1
                 na = _na_for_decode(done)
-                cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if compiles(spec) else None
+                cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if first_call_compiles(spec) else None
                 try:
                     current, spare = spare or Worker(worker_argv()), (
                         Worker(worker_argv()) if to_run > 0 or cold else None)
