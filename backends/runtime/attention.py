@@ -179,11 +179,6 @@ def na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3,
         raise RuntimeError(f"{backend}: {INFERENCE_ONLY} (or backend='reference', which autograd can follow)")
     name = choose_backend(q, backend, capability)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if name == "triton" and not torch.compiler.is_compiling():  # checked above: straight to the launch
-        from kernels.na3d_triton import launch, SUPPORTED_DTYPES, MAX_HEAD_DIM
-
-        if q.dtype in SUPPORTED_DTYPES and q.shape[-1] <= MAX_HEAD_DIM:
-            return launch(q, k, v, kernel, causal, scale)
     return implementation(name)(q, k, v, kernel, scale=scale, is_causal=causal)
 
 
