@@ -305,25 +305,21 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
     strides = q.stride()[:5]
     shared = strides == k.stride()[:5] == v.stride()[:5] == out.stride()[:5]
     key = (q.device, kernel, causal, d, q.dtype, size, shared)
-    launch = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
+    tile = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
     stride_args = strides if shared else (*strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5])
+    direct = _na3d_fwd_shared if shared else _na3d_fwd
     for bh_start in range(0, b * heads, MAX_GRID_Y):
         bh_count = min(MAX_GRID_Y, b * heads - bh_start)
-        if launch is None:  # the first call of this key: the autotuner times the tiles
+        args = (q, k, v, out, *stride_args, t, h, w, heads, qk_scale, bh_start, size)
+        if tile is None:  # the first call of this key: the autotuner times the tiles
             tuner = _TUNED[shared]
-            tuner[lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)](
-                q, k, v, out, *stride_args, t, h, w, heads, qk_scale, bh_start, size,
-                **_meta(kernel, causal, d, q.dtype))
+            grid = lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)  # noqa: E731
+            tuner[grid](*args, **_meta(kernel, causal, d, q.dtype))
             c = tuner.best_config  # (two threads' first calls at once may store either's choice: both run)
             chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
-            launch = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
-            continue
-        grid = _grid(t, h, w, launch["TT"], launch["TH"], launch["TW"], bh_count)
-        if shared:
-            _na3d_fwd_shared[grid](q, k, v, out, *strides, t, h, w, heads, qk_scale, bh_start, size, **launch)
+            tile = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
         else:
-            _na3d_fwd[grid](q, k, v, out, *strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5],
-                            t, h, w, heads, qk_scale, bh_start, size, **launch)
+            direct[_grid(t, h, w, tile["TT"], tile["TH"], tile["TW"], bh_count)](*args, **tile)
     return out
 
 
