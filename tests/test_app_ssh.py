@@ -51,6 +51,13 @@ async def palette(pilot, query, typed=False):
     return [str(hits.get_option_at_index(i).prompt).split("\n")[0] for i in range(hits.option_count)]
 
 
+async def run_command(pilot, query, reached):
+    """Run the palette's first hit for `query` and wait until `reached()` holds."""
+    await palette(pilot, query)
+    await pilot.press("enter")
+    await wait_for(pilot, reached)
+
+
 async def test_palette_sets_an_option_and_the_validation_follows():
     app = make_app("h100")
     async with app.run_test(size=(100, 40)) as pilot:
@@ -91,9 +98,7 @@ async def test_palette_explains_an_option_literally():
     app = make_app("h100")
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        await palette(pilot, "explain diffvae.mode")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ExplainScreen))
+        await run_command(pilot, "explain diffvae.mode", lambda: isinstance(app.screen, ExplainScreen))
         shown = str(app.screen.query_one("#explanation", Static).render())
         assert shown == explain("diffvae.mode", resolve(app.profile, app.capability)).rstrip("\n")
         assert "diffvae.blackwell-dsl" in shown and "--diffvae-optimization MODE" in shown
@@ -106,15 +111,11 @@ async def test_palette_opens_the_editor_of_a_number_and_switches_tabs():
     app = make_app("h100")
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        await palette(pilot, "set offload.gpu_slots")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ValueScreen))
+        await run_command(pilot, "set offload.gpu_slots", lambda: isinstance(app.screen, ValueScreen))
         assert app.screen.spec.key == "offload.gpu_slots"
         await pilot.press("escape")
         await pilot.pause()
-        await palette(pilot, "switch tab: Plan")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: app.query_one("TabbedContent").active == "resolution")
+        await run_command(pilot, "switch tab: Plan", lambda: app.query_one("TabbedContent").active == "resolution")
 
 
 async def test_palette_offers_every_value_of_every_option():
