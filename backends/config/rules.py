@@ -427,7 +427,6 @@ CUDA_GRAPH_MODES = tuple(m for m in CompileMode if value("compile.mode", m).cuda
 LTX2_QUANT_FLAGS = tuple(q for q in Quantization if value("transformer.quantization", q).flag)
 OFFLOAD_QUANTIZATIONS = (Quantization.NONE, Quantization.FP8_CAST)  # what LTX-2's block streaming loads
 DSL_SMS = ((10, 0), (10, 1), (10, 3))
-SEQUENCE_PARALLEL_HEADS = DIT_HEADS  # the DiT's video attention heads (LTX-2's LTXModel defaults)
 
 _RULES: tuple[Rule, ...] = (
     Rule("cuda.device", lambda f: f.cuda,
@@ -578,8 +577,8 @@ _RULES: tuple[Rule, ...] = (
          lambda f: f"parallel.devices {list(f.profile.parallel.devices or ())} names ordinals beyond the "
          f"{len(f.cap.gpus)} visible GPU(s)",
          "use ordinals 0.. visible-1 (after CUDA_VISIBLE_DEVICES), or drop parallel.devices"),
-    Rule("parallel.heads", lambda f: SEQUENCE_PARALLEL_HEADS % f.profile.parallel.gpus == 0,
-         lambda f: f"sequence parallel splits the DiT's {SEQUENCE_PARALLEL_HEADS} attention heads across the GPUs: "
+    Rule("parallel.heads", lambda f: DIT_HEADS % f.profile.parallel.gpus == 0,
+         lambda f: f"sequence parallel splits the DiT's {DIT_HEADS} attention heads across the GPUs: "
          f"{f.profile.parallel.gpus} GPUs do not divide them (LTX-2 raises); "
          f"allowed: {', '.join(map(str, ALLOWED_SP_GPUS))}",
          "use parallel.gpus = 2, 4 or 8"),

@@ -44,8 +44,6 @@ from backends.config.values import LOADER, value
 FLAGS = ("--quantization", "--compile", "--offload", "--diffvae-optimization", "--max-batch-size")
 # LTX-2's --compile keys that the profile has no option for.
 COMPILE_EXTRA_KEYS = ("inductor_config", "dynamo_config", "seq_dim_dynamic", "recompile_perturbed_block")
-COMPILE_KEYS = Compile.KEYS
-STREAMABLE = OFFLOAD_QUANTIZATIONS  # what LTX-2's block streaming loads
 MGPU_MODULES = ("ltx_pipelines.distilled_mgpu", "ltx_pipelines.ti2vid_two_stages_mgpu",
                 "ltx_pipelines.ti2vid_two_stages_hq_mgpu")
 # What LTX-2 v1.2.0's multi-GPU modules do with the flags they parse but never pass to their
@@ -124,12 +122,13 @@ def _compile_verdict(pairs: list[str], c: Compile) -> tuple[bool, str, str]:
         if key in COMPILE_EXTRA_KEYS:
             raise FlagConflict(f"--compile {key}=...: the profile has no option for {key}; "
                                "drop it, or run LTX-2 without ltx-tui (`ltx-tui --check --ltx-args`)")
-        if key not in COMPILE_KEYS:
-            raise FlagConflict(f"--compile {key}=...: not a key LTX-2 knows (keys: {', '.join(COMPILE_KEYS + COMPILE_EXTRA_KEYS)})")
+        if key not in Compile.KEYS:
+            raise FlagConflict(f"--compile {key}=...: not a key LTX-2 knows "
+                               f"(keys: {', '.join(Compile.KEYS + COMPILE_EXTRA_KEYS)})")
         given[key] = raw.strip()
     wrong = []
     defaults = Compile()  # LTX-2's CompilationConfig() for the keys not given
-    for key in COMPILE_KEYS:
+    for key in Compile.KEYS:
         raw = given.get(key, str(getattr(defaults, key)))
         want = getattr(c, key)
         if key in ("fullgraph", "capture"):
@@ -242,7 +241,7 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
     # LTX-2 sizes its decode tiles for the layout it is told (the launcher lays it out itself)
     ltx_argv += ["--diffvae-optimization", str(profile.diffvae.mode)]
     dit_steps = ["dense_attention"]
-    if o is not OffloadMode.NONE and q not in STREAMABLE:
+    if o is not OffloadMode.NONE and q not in OFFLOAD_QUANTIZATIONS:
         raise FlagConflict(f"offload.mode = {o} with transformer.quantization = {q}: under `ltx-tui run` offload is "
                            "LTX-2's own block streaming, which takes only quantization none or fp8-cast; set "
                            "transformer.quantization = \"fp8-cast\" (or \"none\"), or offload.mode = \"none\"")
@@ -335,7 +334,7 @@ def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: b
         values["compile.enabled"] = True
         for item in ns.compile:
             key, _, raw = item.partition("=")
-            if key.strip() in COMPILE_KEYS:
+            if key.strip() in Compile.KEYS:
                 flag = _bool(raw)
                 values[f"compile.{key.strip()}"] = flag if key.strip() in ("fullgraph", "capture") else \
                     ("auto" if raw.strip().lower() in ("none", "null") and key.strip() == "dynamic" else

@@ -154,10 +154,6 @@ class RankSession:
     def say(self, text: str) -> None:
         print(f"{self.prefix}: {text}", file=sys.stderr, flush=True)
 
-    @property
-    def installed(self) -> bool:
-        return self._stack is not None
-
     def open(self) -> "RankSession":
         """Install the wrappers in this process (once until `close`)."""
         if self._stack is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends.config.options import Profile, show_value, toml_value
-from backends.config.rules import Status
+from backends.config.rules import ALL2ALL_BARRIER_SECONDS, Status
 from backends.config.plan import Plan
 from backends.config.run_length import DISTILLED_FORWARDS, PRIOR, UNIT, RunLength
 from backends.config.profile import MAX_BYTES, ProfileError, dumps, read
@@ -343,7 +343,8 @@ def describe(prep: Prepared) -> str:
                       "original_attention; the wrappers stay)"]
             if barrier_timeout(prep) is not None:
                 lines += [f"  before the first step: the all2all barrier timeout raised to {barrier_timeout(prep):g} s "
-                          "(LTX-2's is 10 s; a rank still compiling reaches the barrier late), put back after the run"]
+                          f"(LTX-2's is {ALL2ALL_BARRIER_SECONDS:g} s; a rank still compiling reaches the barrier "
+                          "late), put back after the run"]
         lines += [f"ltx-tui applies to each DiffusionVideoDecoder LTX-2 builds{where} (LTX-2's own layout op removed):"]
         lines += [f"  {steps[k].text}" for k in prep.policy.decoder_steps if k in steps] or ["  nothing"]
     if prep.policy.ltx2_does:
