@@ -631,8 +631,7 @@ _RULES: tuple[Rule, ...] = (
          f"lower --resolution / --frames / --batch to at most {SP_MAX_TOKENS} tokens (W/32 x H/32 x ((frames-1)/8+1)); "
          "sp_max_tokens is an argument of the *_mgpu runners' setup() in LTX-2's Python API, not a command-line flag"),
     Rule("parallel.ignores-quant-offload",
-         lambda f: not f.multi or (f.profile.transformer.quantization is Quantization.FP8_CAST
-                                   and f.profile.offload.mode is OffloadMode.NONE),
+         lambda f: not f.multi or not mgpu_drops(f.profile),
          _mgpu_dropped,
          "multi-GPU profiles: set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" (what LTX-2's "
          "multi-GPU modules run), or parallel.gpus = 1 to keep them"),

@@ -269,14 +269,19 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
     return FlagPolicy(tuple(ltx_argv), tuple(verdicts), tuple(ltx2_does), tuple(dit_steps), notes=tuple(notes))
 
 
-def _mgpu_policy(args: list[str], profile: Profile) -> FlagPolicy:
-    """LTX-2's multi-GPU modules: the flags they would drop are refused, the profile's quantization
-    must be theirs (fp8-cast) and its offload none; compile and the DiffVAE layout are ltx-tui's in
-    every rank (LTX-2 gets `--diffvae-optimization MODE` to size its decode tiles, as for one GPU)."""
+def _refuse_dropped(args: list[str]) -> None:
+    """FlagConflict for the flags LTX-2's multi-GPU modules would silently drop."""
     dropped = dropped_by_mgpu(args)
     if dropped:
         raise FlagConflict("refused, LTX-2 would silently drop them:\n" + "\n".join(f"  {d}" for d in dropped)
                            + "\ndrop them (ltx-tui's profile sets what the multi-GPU modules can take)")
+
+
+def _mgpu_policy(args: list[str], profile: Profile) -> FlagPolicy:
+    """LTX-2's multi-GPU modules: the flags they would drop are refused, the profile's quantization
+    must be theirs (fp8-cast) and its offload none; compile and the DiffVAE layout are ltx-tui's in
+    every rank (LTX-2 gets `--diffvae-optimization MODE` to size its decode tiles, as for one GPU)."""
+    _refuse_dropped(args)
     refusals = mgpu_refusals(profile)
     if refusals:
         raise ProfileConflict("\n".join(refusals))
@@ -309,9 +314,7 @@ def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: b
     `multi_gpu`: one of LTX-2's multi-GPU modules, over `world_size` ranks (fp8-cast, no offload;
     the flags it would drop are refused: the record could not say what ran)."""
     if multi_gpu:
-        dropped = dropped_by_mgpu(list(args))
-        if dropped:
-            raise FlagConflict("refused, LTX-2 would silently drop them:\n" + "\n".join(f"  {d}" for d in dropped))
+        _refuse_dropped(list(args))
     short = abbreviations(list(args))
     if short:
         raise FlagConflict(f"{', '.join(short)}: spell the flag out (LTX-2 would expand the abbreviation; the record "
