@@ -85,7 +85,7 @@ from dataclasses import dataclass, field, replace
 from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.plan import Plan, resolve
-from backends.config.rules import SP_MAX_TOKENS, Status
+from backends.config.rules import Status, sp_token_cap, sp_tokens
 from backends.config.values import value
 
 GIB = 1 << 30
@@ -331,7 +331,7 @@ def _rank_tile(shapes: RunShapes, gpus: int, rank: int) -> tuple[float, str]:
 
 
 def _sp_buffers(gpus: int, width: int) -> int:
-    return SP_BUFFERS * -(-SP_MAX_TOKENS // gpus) * width * BF16
+    return SP_BUFFERS * (sp_token_cap(gpus) // gpus) * width * BF16
 
 
 def _ranks(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[RankPlan, ...]:
@@ -343,16 +343,15 @@ def _ranks(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[RankPlan, .
     dit_weights = dit_weight_bytes(e)
     clean = -(-dit_weights // n)
     buffers = _sp_buffers(n, shapes.dit_width)
-    padded = shapes.dit_tokens + (-shapes.dit_tokens) % n
-    act = shapes.batch * padded // n * shapes.dit_width * BF16 * DIT_ACT * (2 if e.cuda_graphs else 1)
+    carried = sp_tokens(shapes, n)  # the batch's tokens, padded to a multiple of n
+    act = carried // n * shapes.dit_width * BF16 * DIT_ACT * (2 if e.cuda_graphs else 1)
     dit_resident = dit_weights + clean + buffers
     up = _upsampler(shapes)
     up_weights = upsampler_params() * BF16 + VIDEO_ENCODER_PARAMS * BF16
+    one, vae_weights = _decode(e, shapes, tiles), VAE_PARAMS * BF16  # the decode as on one GPU
     ranks = []
     for rank in range(n):
         share, where = _rank_tile(shapes, n, rank)
-        one = _decode(e, shapes, tiles)
-        vae_weights = VAE_PARAMS * BF16
         decode = vae_weights + int((one.peak_bytes - vae_weights) * share)
         stages = (
             StagePeak("text encoder", gemma + text_act,
@@ -361,7 +360,7 @@ def _ranks(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[RankPlan, .
             StagePeak("DiT denoising", gemma + dit_resident + act,
                       f"full DiT replica {dit_weights / GIB:.1f} GiB ({e.quantization}) + 1/{n} clean-weights clone "
                       f"{clean / GIB:.1f} GiB + all2all buffers {buffers / GIB:.2f} GiB + activations "
-                      f"{act / GIB:.1f} GiB ({shapes.batch * padded // n} of {shapes.batch * padded} tokens) + "
+                      f"{act / GIB:.1f} GiB ({carried // n} of {carried} tokens) + "
                       f"Gemma's share {gemma / GIB:.1f} GiB (kept)"),
             StagePeak("latent upsampler", gemma + dit_resident + up.peak_bytes,
                       f"{up.peak_bytes / GIB:.2f} GiB as on one GPU + the kept DiT, clone, buffers and Gemma share "
