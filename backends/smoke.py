@@ -72,7 +72,7 @@ def plan_checks(plan: Plan) -> list[CheckSpec]:
                         "bound": asdict(step_bound(s.options, effective))})
              for s in runnable]
     if plan.profile.parallel.gpus > 1 and plan["parallel.gpus"].status is not Status.ERROR:
-        devices = list(plan.profile.parallel.devices or range(plan.profile.parallel.gpus))
+        devices = list(plan.profile.parallel.ordinals)
         specs.append(CheckSpec(f"nccl all-reduce x{len(devices)}", "nccl", device, {"devices": devices}))
     return specs
 

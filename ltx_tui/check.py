@@ -216,8 +216,7 @@ def free_bytes(cap: capmod.Capability, profile: Profile) -> int | None:
     if not cap.gpus:
         return None
     facts = Facts(cap, profile)
-    by_index = {g.index: g for g in cap.gpus}
-    gpus = [by_index[i] for i in facts.used if i in by_index] if facts.multi else [facts.gpu]
+    gpus = facts.used_gpus if facts.multi else [facts.gpu]
     free = [g.memory_total - (g.memory_used or 0) for g in gpus if g is not None and g.memory_total is not None]
     return min(free) if free else None
 

@@ -230,7 +230,7 @@ class Effective:
         par = plan.profile.parallel
         return cls(eff("transformer.quantization"), eff("offload.mode"), plan.profile.offload.gpu_slots,
                    bool(compile_step and compile_step.args["cudagraphs"]), eff("diffvae.mode"), par.gpus,
-                   tuple(par.devices or range(par.gpus)))
+                   par.ordinals)
 
 
 def dit_weight_bytes(e: Effective) -> int:

@@ -183,6 +183,11 @@ class Parallel:
             raise InvalidValue("parallel.devices", f"lists {len(self.devices)} device(s) but parallel.gpus = "
                                f"{self.gpus}", "make parallel.gpus equal the number of devices, or drop parallel.devices")
 
+    @property
+    def ordinals(self) -> tuple[int, ...]:
+        """The CUDA ordinals the run uses: `devices`, else the first `gpus`."""
+        return tuple(self.devices or range(self.gpus))
+
 
 @dataclass(frozen=True)
 class Generated:

@@ -75,8 +75,14 @@ class Facts:
 
     @property
     def used(self) -> tuple[int, ...]:
-        """The CUDA ordinals the run uses: parallel.devices, else the first parallel.gpus."""
-        return tuple(self.profile.parallel.devices or range(self.profile.parallel.gpus))
+        """The CUDA ordinals the run uses (`Parallel.ordinals`)."""
+        return self.profile.parallel.ordinals
+
+    @property
+    def used_gpus(self) -> list[GPU]:
+        """The GPUs of `used` this capability knows."""
+        by_index = {g.index: g for g in self.cap.gpus}
+        return [by_index[i] for i in self.used if i in by_index]
 
     @property
     def multi(self) -> bool:
@@ -363,17 +369,12 @@ def _all2all_archs(f: Facts) -> list[str] | None:
     return list(archs) if isinstance(archs, (list, tuple)) and archs else None
 
 
-def _used_gpus(f: Facts) -> list[GPU]:
-    by_index = {g.index: g for g in f.cap.gpus}
-    return [by_index[i] for i in f.used if i in by_index]
-
-
 def _all2all_arch_misses(f: Facts) -> list[GPU]:
     """Used GPUs the all2all build has no code for (none when its architectures are unknown)."""
     archs = _all2all_archs(f)
     if not f.multi or not f.ltx_part("all2all") or archs is None:
         return []
-    return [g for g in _used_gpus(f) if g.compute_capability and not arch_runs_on(archs, g.compute_capability)]
+    return [g for g in f.used_gpus if g.compute_capability and not arch_runs_on(archs, g.compute_capability)]
 
 
 def _all2all_unverified(f: Facts) -> bool:
@@ -382,7 +383,7 @@ def _all2all_unverified(f: Facts) -> bool:
 
 def _peer_pairs(f: Facts, want: bool | None) -> list[tuple[int, int]]:
     """Pairs of the used GPUs (that exist) whose peer access is `want` (either direction)."""
-    used = [g.index for g in _used_gpus(f)]
+    used = [g.index for g in f.used_gpus]
     pairs = []
     for n, i in enumerate(used):
         for j in used[n + 1:]:
@@ -606,7 +607,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("parallel.all2all-unverified", lambda f: not _all2all_unverified(f),
          lambda f: "ltx-kernels' all2all imports, but which GPU architectures it was built for is not known ("
          + str(f.cap.package("ltx_kernels").details.get("all2all_note") or "not probed")
-         + "): not verified that it runs on " + ", ".join(sorted({g.sm for g in _used_gpus(f)}) or ["these GPUs"]),
+         + "): not verified that it runs on " + ", ".join(sorted({g.sm for g in f.used_gpus}) or ["these GPUs"]),
          "check with `cuobjdump --list-elf` on the all2all_cpp extension, or rebuild it on this box"),
     Rule("parallel.peer-access", lambda f: not f.multi or not _peer_pairs(f, False),
          lambda f: f"GPU pair(s) {_pairs_text(_peer_pairs(f, False))} have no peer access ("
