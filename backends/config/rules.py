@@ -847,7 +847,7 @@ class _Resolver:
     def sparse(self) -> None:
         s = self.p.transformer.sparse_attention
         if s is SparseAttention.NONE:
-            self.ok("transformer.sparse_attention", "dense attention")
+            self.ok("transformer.sparse_attention", value("transformer.sparse_attention", "none").text)
             self.unused("transformer.sla_topk", "sparse_attention is none")
         else:
             self.require("transformer.sparse_attention", value("transformer.sparse_attention", s).needs,
@@ -902,7 +902,7 @@ class _Resolver:
     def offload(self) -> None:
         o = self.p.offload
         if o.mode is OffloadMode.NONE:
-            self.ok("offload.mode", "no offload: weights stay resident")
+            self.ok("offload.mode", value("offload.mode", "none").text)
         elif self.p.parallel.gpus > 1:
             self.mgpu_dropped("offload.mode")
         elif self.require("offload.mode", [*value("offload.mode", o.mode).needs, "offload.loader-quantization"], ""):

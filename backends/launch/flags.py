@@ -154,24 +154,23 @@ def _flag_text(name: str, value) -> str:
     return f"{name} {value}"
 
 
-def abbreviations(args: list[str], flags: tuple[str, ...] = FLAGS) -> list[str]:
-    """Arguments that argparse would expand to one of `flags` (LTX-2 allows abbreviations)."""
-    out = []
-    for a in args:
-        name = a.split("=", 1)[0]
-        if name.startswith("--") and len(name) > 2 and name not in flags \
-                and any(f.startswith(name) for f in flags):
-            out.append(a)
-    return out
+def _expands(name: str, flags) -> str | None:
+    """The flag of `flags` that argument name `name` is, or argparse would expand it to."""
+    if name in flags:
+        return name
+    return next((f for f in flags if name.startswith("--") and len(name) > 2 and f.startswith(name)), None)
+
+
+def abbreviations(args: list[str]) -> list[str]:
+    """Arguments that argparse would expand to one of FLAGS (LTX-2 allows abbreviations)."""
+    return [a for a in args if a.split("=", 1)[0] not in FLAGS and _expands(a.split("=", 1)[0], FLAGS)]
 
 
 def dropped_by_mgpu(args: list[str] | tuple[str, ...]) -> list[str]:
     """'FLAG: what LTX-2's multi-GPU modules would do with it' for each such flag in `args`."""
     out = []
     for a in args:
-        name = a.split("=", 1)[0]
-        full = name if name in MGPU_DROPPED else next(
-            (f for f in MGPU_DROPPED if name.startswith("--") and len(name) > 2 and f.startswith(name)), None)
+        full = _expands(a.split("=", 1)[0], MGPU_DROPPED)
         if full is not None and not any(o.startswith(f"{full}:") for o in out):
             out.append(f"{full}: {MGPU_DROPPED[full]}")
     return out
