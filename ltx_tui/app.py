@@ -36,7 +36,7 @@ from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
 from backends.config.plan import Plan, explain, plan_here, resolve
 from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes  # DEFAULT_RUN: until the Plan tab changes it
 from backends.config.memory import plan_memory
-from backends.config.rules import Decision, Status, for_run, summarize
+from backends.config.rules import Decision, Status, summarize
 from backends.machine.tuned import Candidate, Tuned, load_tuned
 from backends.machine.worker import kill_all, run_worker
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
@@ -343,7 +343,7 @@ class LtxTuiApp(App):
     def _resolve(self) -> None:
         if self.capability is None:
             return
-        self.decisions = for_run(resolve(self.profile, self.capability, self._tuned_here()), self.run_shapes)
+        self.decisions = resolve(self.profile, self.capability, self._tuned_here(), run=self.run_shapes)
         self.query_one(OptionsList).show(self.profile, self.decisions)
         self.query_one(MemoryBars).show(plan_memory(self.decisions, self.run_shapes, free_bytes(self.capability,
                                                                                                self.profile)))

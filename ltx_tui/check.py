@@ -25,7 +25,7 @@ from backends.config.options import SCHEMA_VERSION, Profile, show_value
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import plan_here
-from backends.config.rules import Decision, Status, for_run, natten_kernels, summarize
+from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
@@ -268,7 +268,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
         return loaded
     profile, warnings, cap, cap_warnings = loaded
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
-    plan = for_run(plan_here(profile, cap), run)
+    plan = plan_here(profile, cap, run=run)
     code = plan.exit_code(strict=strict)
     memory = plan_memory(plan, run, free_bytes(cap, profile)) if run is not None else None
     if memory is not None and memory.fits is False:

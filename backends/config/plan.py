@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from backends.config.ltx2_shapes import RunShapes
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
 from backends.config.run_length import UNIT, RunLength
@@ -164,11 +165,12 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
 
 
 def resolve(profile: Profile, capability: Capability, tuned: Tuned | None = None,
-            length: RunLength | None = None) -> Plan:
+            length: RunLength | None = None, run: RunShapes | None = None) -> Plan:
     """Resolve `profile` on `capability` into decisions and runtime steps; `auto` values follow
     `tuned` (what `ltx-tui --tune` measured on this machine: `machine.tuned.load_tuned`) when given,
-    for a run of `length` (default: the generations `--tune --runs N` gave, of LTX-2's distilled schedule)."""
-    decisions = tuple(decide(profile, capability, tuned, length=length))
+    for a run of `length` (default: the generations `--tune --runs N` gave, of LTX-2's distilled schedule);
+    with `run` (the run's shapes) the checks that depend on them too (the multi-GPU token cap)."""
+    decisions = tuple(decide(profile, capability, tuned, run, length))
     by_key = {x.option: x for x in decisions}
     return Plan(profile, capability, decisions, tuple(_steps(profile, by_key)), tuned, length)
 
@@ -178,7 +180,8 @@ def first_device(profile: Profile, capability: Capability) -> str:
     return f"cuda:{(profile.parallel.devices or (0,))[0]}" if capability.cuda else "cpu"
 
 
-def plan_here(profile: Profile, capability: Capability, device: Any = None, length: RunLength | None = None) -> Plan:
+def plan_here(profile: Profile, capability: Capability, device: Any = None, length: RunLength | None = None,
+              run: RunShapes | None = None) -> Plan:
     """The plan of `profile` on this machine (`capability` probed live; another machine's plans
     without measurements), `auto` following this machine's `--tune` measurements for a run of
     `length`: the run's plan (every GPU), or with `device` the plan for tensors on that device
@@ -186,7 +189,7 @@ def plan_here(profile: Profile, capability: Capability, device: Any = None, leng
     from backends.machine.tuned import load_tuned
 
     here = capability if device is None else capability.for_device(device)
-    return resolve(profile, here, load_tuned(capability), length)
+    return resolve(profile, here, load_tuned(capability), length, run)
 
 
 def explain(key: str, plan: Plan) -> str:

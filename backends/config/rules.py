@@ -996,16 +996,6 @@ def decide(profile: Profile, capability: Capability, tuned: Tuned | None = None,
     return _Resolver(profile, capability, tuned, run, length).run()
 
 
-def for_run(plan: Any, run: RunShapes | None) -> Any:
-    """`plan` (a plan.Plan) decided again with the run's shapes known: the same plan whose
-    run-dependent decisions (parallel.gpus: the sequence-parallel token cap) have checked `run`.
-    The runtime steps do not depend on them and are kept."""
-    if run is None:
-        return plan
-    return dataclasses.replace(plan, decisions=tuple(decide(plan.profile, plan.capability, plan.tuned, run,
-                                                            plan.length)))
-
-
 @dataclass(frozen=True)
 class Summary:
     ok: int

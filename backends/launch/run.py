@@ -298,7 +298,6 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
 
     from backends.config.ltx2_shapes import RunShapes
     from backends.config.plan import plan_here
-    from backends.config.rules import for_run
     from backends.machine.capability import probe
 
     cap = capability or probe()
@@ -310,7 +309,7 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
         run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"])
     except (KeyError, ValueError):
         run = None  # the token cap is then "not checked" in the plan
-    return for_run(plan_here(visible, cap, length=length), run)
+    return plan_here(visible, cap, length=length, run=run)
 
 
 def describe(prep: Prepared) -> str:
