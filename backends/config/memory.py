@@ -171,7 +171,7 @@ class MemoryPlan:
 
     @property
     def peak_rank(self) -> RankPlan | None:
-        return max(self.ranks, key=lambda r: r.peak.peak_bytes) if self.ranks else None
+        return _fullest(self.ranks) if self.ranks else None
 
     @property
     def peak(self) -> StagePeak:
@@ -285,9 +285,14 @@ def _upsampler(shapes: RunShapes) -> StagePeak:
                      f"({act / GIB:.2f} GiB, estimate)")
 
 
+def _fullest(ranks: tuple[RankPlan, ...]) -> RankPlan:
+    """The rank whose peak is highest (every rank holds a full DiT: the fullest GPU decides)."""
+    return max(ranks, key=lambda r: r.peak.peak_bytes)
+
+
 def _stages(e: Effective, shapes: RunShapes, tiles: int = 1) -> tuple[StagePeak, ...]:
     if e.gpus > 1:
-        return max(_ranks(e, shapes, tiles), key=lambda r: r.peak.peak_bytes).stages
+        return _fullest(_ranks(e, shapes, tiles)).stages
     return _text_encoder(), _dit(e, shapes), _upsampler(shapes), _decode(e, shapes, tiles)
 
 
@@ -389,7 +394,7 @@ def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> Memory
     the peak rank's), and the fixes that lower the peak, best first."""
     e = Effective.of(plan)
     ranks = _ranks(e, shapes) if e.gpus > 1 else ()
-    stages = max(ranks, key=lambda r: r.peak.peak_bytes).stages if ranks else _stages(e, shapes)
+    stages = _fullest(ranks).stages if ranks else _stages(e, shapes)
     peak = max(s.peak_bytes for s in stages)
     fixes = []
     for change, fix in FIXES:
