@@ -289,13 +289,21 @@ def na3d_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, causal: tuple[bool, bool, bool],
            scale: float | None = None, config: TileConfig | None = None) -> torch.Tensor:
     """`na3d_triton` on arguments already checked (kernel and causal as triples): its hot path."""
+    if isinstance(scale, torch.Tensor):
+        scale = float(scale)
+    if config is None:
+        call = (q.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, kernel, causal, scale,
+                q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16)
+        plan = _PLANS.get(call)
+        if plan is not None:
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+            for run, rest in plan:
+                run(q, k, v, out, *rest)
+            return out
     # The kernel reads head_dim contiguously; other dims may have any strides.
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
+    copied = q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1
+    if copied:
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     b, t, h, w, heads, d = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     qk_scale = (d ** -0.5 if scale is None else float(scale)) * LOG2E
@@ -308,6 +316,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
     tile = _launch_kwargs(config, kernel, causal, d, q.dtype) if config else _CHOSEN.get(key)
     stride_args = strides if shared else (*strides, *k.stride()[:5], *v.stride()[:5], *out.stride()[:5])
     direct = _na3d_fwd_shared if shared else _na3d_fwd
+    steps = []
     for bh_start in range(0, b * heads, MAX_GRID_Y):
         bh_count = min(MAX_GRID_Y, b * heads - bh_start)
         args = (q, k, v, out, *stride_args, t, h, w, heads, qk_scale, bh_start, size)
@@ -319,8 +328,70 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
             chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
             tile = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
         else:
-            direct[_grid(t, h, w, tile["TT"], tile["TH"], tile["TW"], bh_count)](*args, **tile)
+            grid = _grid(t, h, w, tile["TT"], tile["TH"], tile["TW"], bh_count)
+            hit = _launch_tile(key if config is None else None, direct, tile, grid, args, bh_count == b * heads)
+            if hit is not None:
+                compiled, consts = hit
+                steps.append((compiled[(*grid, 1)], (*args[4:], *consts)))
+    if steps and len(steps) == -(-b * heads // MAX_GRID_Y) and not copied:
+        if len(_PLANS) >= _COMPILED_MAX:
+            _PLANS.clear()
+        _PLANS[call] = steps
     return out
+
+
+# Compiled kernels launched straight: (tuned key, tile, every non-tensor argument, the tensors'
+# 16-byte alignment) -> (Triton's compiled kernel, its constexprs in parameter order). That key holds all
+# Triton specializes a launch on, so the kernel Triton compiled for the first call of a key is the
+# one it would pick again. Triton's own launch binds, specializes and hashes 30+ arguments a call
+# (~30 us, more than a small problem's kernel takes); this one looks up a tuple.
+_COMPILED: dict[tuple, tuple] = {}
+# A call's whole launch, once every part of it launched straight: (shapes, strides, dtype, device,
+# window, causal axes, scale, the inputs' alignment) -> [(compiled kernel's launcher, its arguments
+# after q, k, v, out)]. A call seen before then costs an allocation and a launch.
+_PLANS: dict[tuple, list] = {}
+_COMPILED_MAX = 1024
+# Whether a straight launch gives Triton's own launch's output: None until the process's first one
+# is checked (bit for bit, once); False keeps every launch on Triton's path.
+_FAST_OK: list[bool | None] = [None]
+
+
+def _launch_tile(key: tuple | None, kernel, tile: dict, grid: tuple[int, int], args: tuple,
+                 whole: bool) -> tuple | None:
+    """Launch `tile` straight from the compiled kernel of an earlier call with the same key and
+    arguments (returned, with its constexprs), else through Triton (and remember its compiled
+    kernel). `key` None: a tile given by the caller, never remembered; `whole`: this launch writes
+    the whole output."""
+    ck = None if key is None or _FAST_OK[0] is False else (
+        key, *tile.values(), *args[4:], *(a.data_ptr() % 16 == 0 for a in args[:4]))
+    hit = None if ck is None else _COMPILED.get(ck)
+    if hit is not None and _FAST_OK[0]:
+        compiled, consts = hit
+        compiled[(*grid, 1)](*args, *consts)
+        return hit
+    compiled = kernel[grid](*args, **tile)
+    if hit is not None:
+        if whole:  # the process's first straight launch, checked against Triton's own once
+            _FAST_OK[0] = _same_output(hit, grid, args)
+            if not _FAST_OK[0]:
+                _COMPILED.clear()
+                _PLANS.clear()
+    elif ck is not None and compiled is not None:
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        _COMPILED[ck] = (compiled, tuple(tile[name] for name in kernel.arg_names[len(args):]))
+    return None
+
+
+def _same_output(hit: tuple, grid: tuple[int, int], args: tuple) -> bool:
+    compiled, consts = hit
+    out = args[3]
+    mine = torch.empty_like(out)
+    try:
+        compiled[(*grid, 1)](*args[:3], mine, *args[4:], *consts)
+        return torch.equal(mine.nan_to_num(), out.nan_to_num())
+    except Exception:  # a Triton whose compiled kernels launch otherwise: keep to its own launch
+        return False
 
 
 def _meta(kernel: Triple, causal: tuple[bool, bool, bool], d: int, dtype: torch.dtype) -> dict:

@@ -208,3 +208,100 @@ def test_problems_whose_short_axes_prune_other_tiles_tune_apart():
     assert size_class(8, 1, 34, 60) == size_class(1, 9, 34, 60) == 1
     assert size_key(8, 1, 34, 60) != size_key(1, 9, 34, 60)
     assert size_key(1, 9, 34, 60) // 8 == 1 and size_key(1, 1, 2, 8) // 8 == -4
+
+
+class _FakeTriton:
+    """A Triton kernel stand-in: a launch through it writes 1.0 into the output (args[3]) and returns
+    its compiled kernel, whose straight launch writes `straight_value`; both are logged."""
+
+    arg_names = ["Q", "K", "V", "O", "T", "SCALE", "TT", "TH"]
+
+    def __init__(self, straight_value):
+        self.log = []
+        self.straight_value = straight_value
+
+    def __getitem__(self, grid):
+        def through_triton(*args, **tile):
+            self.log.append("triton")
+            args[3].fill_(1.0)
+            return _FakeCompiled(self)
+        return through_triton
+
+
+class _FakeCompiled:
+    def __init__(self, fake):
+        self.fake = fake
+
+    def __getitem__(self, grid):
+        def straight(*args):
+            self.fake.log.append(("straight", grid, args[4:]))
+            args[3].fill_(self.fake.straight_value)
+        return straight
+
+
+@pytest.mark.parametrize("straight_value, trusted", [(1.0, True), (2.0, False)])
+def test_a_repeated_call_launches_its_compiled_kernel_straight_once_checked(monkeypatch, straight_value, trusted):
+    """Triton's own launch costs ~30 us of host time a call: a call seen before launches the compiled
+    kernel straight, with the constexprs in parameter order, after the process's first straight launch
+    matched Triton's output bit for bit; a mismatch keeps every launch on Triton's path."""
+    from kernels import na3d_triton as mod
+
+    fake = _FakeTriton(straight_value)
+    monkeypatch.setattr(mod, "_COMPILED", {})
+    monkeypatch.setattr(mod, "_FAST_OK", [None])
+    out = torch.zeros(4)
+    args = (torch.zeros(4), torch.zeros(4), torch.zeros(4), out, 3, 0.5)
+    tile = {"TT": 2, "TH": 4, "num_warps": 4}
+    for _ in range(4):
+        out.zero_()
+        mod._launch_tile(("key",), fake, tile, (5, 1), args, True)
+        assert out.eq(1.0).all()
+    if trusted:
+        assert fake.log == ["triton", "triton", ("straight", (5, 1, 1), (3, 0.5, 2, 4)),
+                            ("straight", (5, 1, 1), (3, 0.5, 2, 4)), ("straight", (5, 1, 1), (3, 0.5, 2, 4))]
+    else:
+        assert fake.log == ["triton", "triton", ("straight", (5, 1, 1), (3, 0.5, 2, 4)), "triton", "triton"]
+        assert mod._COMPILED == {}
+    assert mod._FAST_OK == [trusted]
+    fake.log.clear()
+    mod._launch_tile(("key",), fake, tile, (5, 1), (*args[:4], 4, 0.5), True)  # another argument: Triton's launch
+    assert fake.log == ["triton"]
+    mod._launch_tile(None, fake, tile, (5, 1), args, True)  # a caller's tile: never straight
+    assert fake.log == ["triton", "triton"]
+
+
+class _Recording:
+    """Wraps an (interpreted) Triton kernel: launches through it are logged and return itself as the
+    compiled kernel, whose straight launches (every argument positional) are logged and run it too."""
+
+    def __init__(self, kernel, log):
+        self.kernel, self.log, self.arg_names = kernel, log, kernel.arg_names
+
+    def __getitem__(self, grid):
+        if len(grid) == 3:  # a compiled kernel's launcher
+            return lambda *args: (self.log.append("straight"), self.kernel[grid[:2]](*args))
+        return lambda *args, **tile: (self.log.append("triton"), self.kernel[grid](*args, **tile), self)[-1]
+
+
+def test_a_call_seen_before_costs_one_straight_launch(monkeypatch):
+    """The whole hot path on the interpreter: after Triton's launch, its check and the first straight
+    launch, a call with the same shapes, strides, window and scale is one straight launch; another
+    scale goes through Triton again. Every output matches the reference."""
+    from kernels import na3d_triton as mod
+
+    log = []
+    monkeypatch.setattr(mod, "_na3d_fwd_shared", _Recording(mod._na3d_fwd_shared, log))
+    for name, fresh in (("_COMPILED", {}), ("_PLANS", {}), ("_FAST_OK", [None]), ("_CHOSEN", {})):
+        monkeypatch.setattr(mod, name, fresh)
+    monkeypatch.setattr(mod, "interpreting", lambda: False)
+    q, k, v = rand((1, 2, 4, 9, 2, 16))
+    window, causal = (1, 3, 3), (False,) * 3
+    key = (q.device, window, causal, 16, q.dtype, mod.size_key(2, 2, 4, 9), True)
+    mod._CHOSEN[key] = mod._launch_kwargs(mod.INTERPRET_CONFIG, window, causal, 16, q.dtype)  # as if tuned
+    want = na3d_reference(q, k, v, window, scale=0.5)
+    for _ in range(4):
+        torch.testing.assert_close(mod.launch(q, k, v, window, causal, 0.5), want, atol=1e-4, rtol=1e-4)
+    assert log == ["triton", "triton", "straight", "straight", "straight"] and len(mod._PLANS) == 1
+    log.clear()
+    mod.launch(q, k, v, window, causal, 0.25)
+    assert log == ["triton"]

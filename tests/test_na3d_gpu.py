@@ -106,6 +106,26 @@ def test_tuned_then_launched_straight_per_size_class(na3d_triton):
     assert len({key[-2] for key in mod._CHOSEN}) == 3  # three size keys, each tuned once
 
 
+def test_repeated_calls_launch_straight_and_match_the_reference(na3d_triton):
+    """From a key's third call on, the compiled kernel is launched straight (checked bit for bit
+    against Triton's launch once): still right where Triton specializes an argument (T, heads = 1;
+    a tensor off 16-byte alignment; the general-strides kernel)."""
+    from kernels import na3d_triton as mod
+
+    base = torch.randn(2 * 4 * 9 * 10 * 32 + 1, device="cuda", dtype=torch.float16)
+    odd = base[1:].view(2, 4, 9, 10, 1, 32)  # 2-byte aligned
+    cases = [rand((1, 1, 8, 8, 1, 64), torch.float16), rand((2, 4, 9, 10, 3, 32), torch.bfloat16),
+             [odd, odd.clone(), odd.clone()],
+             [rand((1, 4, 10, 9, 2, 64), torch.float16)[0].transpose(2, 3),  # the general-strides kernel
+              *rand((1, 4, 9, 10, 2, 64), torch.float16)[1:]]]
+    for q, k, v in cases:
+        kernel = (1, 3, 3) if q.shape[1] == 1 else (3, 3, 5)
+        want = na3d_reference(q.float(), k.float(), v.float(), kernel)
+        for _ in range(4):
+            assert (na3d_triton(q, k, v, kernel).float() - want).abs().max().item() < 1.6e-2
+    assert mod._FAST_OK == [True] and len(mod._COMPILED) >= len(cases)
+
+
 def test_registry_auto_picks_triton_on_cuda():
     from backends.runtime.attention import available_backends, choose_backend, na3d
 
