@@ -37,6 +37,13 @@ SLOW = {("diffvae.na_backend", "natten:flex-fna", True): "flex-fna materialises 
 NOT_BY_DEFAULT = {("diffvae.mode", "combined_compile"): "not in the default set: on the H200 it decoded slower than "
                   "chunked_compile at 1.7x its decode memory (bench/RESULTS.md, \"bench/ltx2_decode.py\"); "
                   "--options diffvae.mode times it"}
+# Values the default set leaves out on CUDA: far slower there, or a stand-in for a faster value.
+NOT_BY_DEFAULT_CUDA = {("transformer.attention", "sdpa_math"): "not in the default set on CUDA: the math path "
+                       "materialises every score (25x cuDNN's time at the DiT's attention on the H200); "
+                       "--options transformer.attention times it"}
+STAND_INS = {("transformer.quantization", "int8-w8a8"): ("fp8-scaled-mm", "not in the default set where "
+             "fp8-scaled-mm runs: int8-w8a8 stands in for it on GPUs without fp8 (on the H200 it was the slower "
+             "of the two); --options transformer.quantization times it")}
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,9 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
             if options == DEFAULT_OPTIONS and (option, value) in NOT_BY_DEFAULT:
                 skipped.append((option, value, NOT_BY_DEFAULT[option, value]))
                 continue
+            if options == DEFAULT_OPTIONS and cap.cuda and (option, value) in NOT_BY_DEFAULT_CUDA:
+                skipped.append((option, value, NOT_BY_DEFAULT_CUDA[option, value]))
+                continue
             pin = {option: value, **({"compile.enabled": True} if option == "compile.mode" else {})}
             d = resolve(profile.replace(**pin), cap)[option]
             if d.status not in (Status.OK, Status.WARNING) or show_value(d.effective) != value:
@@ -90,6 +100,11 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                 skipped.append((option, value, SLOW[option, value, cap.cuda]))
                 continue
             specs.append(Spec(option, value, device))
+        if options == DEFAULT_OPTIONS:
+            timed = {spec.value for spec in specs[first:]}
+            for spec in [spec for spec in specs[first:] if STAND_INS.get((option, spec.value), ("",))[0] in timed]:
+                specs.remove(spec)
+                skipped.append((option, spec.value, STAND_INS[option, spec.value][1]))
         if option in UNIT and len(specs) - first == 1:
             alone = specs.pop()
             skipped.append((option, alone.value, "the only value of this option timed here: auto has nothing to "
