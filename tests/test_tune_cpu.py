@@ -158,3 +158,20 @@ def test_a_slow_candidate_does_not_eat_the_budget_of_every_run(fake_worker, monk
     third = tune()
     assert fake_worker.read_text().split() == spawned  # not started again: no worker at all
     assert "not started again" in third["natten:flex-fna"].reason
+
+
+def test_a_tune_worker_is_done_when_it_answers_not_when_it_exits():
+    """A worker that compiled can take seconds to exit after its answer (torch's compile workers,
+    CUDA): the tune takes the answer and kills the group, with nothing left behind."""
+    from backends.machine.worker import Worker
+
+    code = ("import json, sys, time\nsys.stdin.readline()\nprint('progress')\n"
+            "print(json.dumps({'status': 'measured', 'ms': 1.0}), flush=True)\ntime.sleep(30)  # exit-slow-worker\n")
+    t0 = time.monotonic()
+    outcome = Worker([sys.executable, "-c", code], answer_ends=True).run("{}", timeout=20)
+    assert outcome.status == "done" and outcome.last_json() == {"status": "measured", "ms": 1.0}
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.2)
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and b"exit-slow-worker" in open(
+        f"/proc/{p}/cmdline", "rb").read()]
+    assert Worker([sys.executable, "-c", code]).run("{}", timeout=1.5).status == "timeout"  # the smoke's workers

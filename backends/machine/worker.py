@@ -36,16 +36,22 @@ class Outcome:
     def last_json(self) -> dict | None:
         """The last stdout line that is a JSON object with a "status" key (the worker's answer)."""
         for line in reversed(self.stdout.strip().splitlines()):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and "status" in row:
+            row = _is_answer(line)
+            if row:
                 return row
         return None
 
     def tail(self, lines: int = 3) -> str:
         return " | ".join((self.stderr or self.stdout).strip().splitlines()[-lines:])
+
+
+def _is_answer(line: str) -> dict | None:
+    """`line` as a worker's answer: a JSON object with a "status" key, else None."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and "status" in row else None
 
 
 def _signal_group(proc: subprocess.Popen) -> None:
@@ -83,17 +89,28 @@ class Worker:
     """A worker process started now, told what to do later (`run`): a worker can import its
     modules while another one is still measuring. It reads its task as one line on stdin."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], answer_ends: bool = False) -> None:
+        """`answer_ends`: the worker's answer (a stdout line holding a JSON object with a "status"
+        key) ends its run; it is not waited for to exit (a process that compiled can take seconds
+        to shut torch's compile workers and CUDA down)."""
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         with _live_lock:
             _live.add(self.proc)
         self._out: list[str] = []
         self._err: list[str] = []
-        self._readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
-                         for s, b in ((self.proc.stdout, self._out), (self.proc.stderr, self._err))]
+        self._answered = threading.Event()
+        self._readers = [threading.Thread(target=self._read_lines if answer_ends else lambda: self._out.append(
+                             self.proc.stdout.read()), daemon=True),
+                         threading.Thread(target=lambda: self._err.append(self.proc.stderr.read()), daemon=True)]
         for r in self._readers:
             r.start()
+
+    def _read_lines(self) -> None:
+        for line in self.proc.stdout:
+            self._out.append(line)
+            if _is_answer(line):
+                self._answered.set()
 
     def run(self, task: str | None, timeout: float, cancel: threading.Event | None = None) -> Outcome:
         """Send `task` (if any), wait at most `timeout` s from now; the group is gone afterwards."""
@@ -107,7 +124,7 @@ class Worker:
             pass
         status = None
         try:
-            while proc.poll() is None:
+            while proc.poll() is None and not self._answered.is_set():
                 if cancel is not None and cancel.is_set():
                     status = "cancelled"
                 elif time.perf_counter() - t0 > timeout:

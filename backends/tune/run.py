@@ -12,8 +12,9 @@ what it compiled is then merged into the compile caches later processes use, and
 worker times its first call again from them (`warmup_cached_s`): what a later run pays.
 
 Each option's prior (the value `auto` or the profile picks without a tune) is timed first, then
-the other values, those of the options whose prior measured quickest first: a short budget still
-measures every option, and the quick alternatives before the slow ones. A value stopped for
+the other values: those whose first call compiles (compile.enabled, diffvae.mode: the large wins)
+first, then those of the options whose prior measured quickest: a short budget still measures
+every option, and the quick alternatives before the slow ones. A value stopped for
 being over SLOWER x its option's fastest is known to be slower and cached as such; one the
 budget cut short is not started again with no more time than it already had (a slow kernel,
 e.g. NATTEN's flex-fna on a CPU, costs the budget once, not on every run). One tune times at a
@@ -144,8 +145,9 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     spare: Worker | None = None
     try:
         for i in range(len(specs)):
-            if i == priors:  # the other values, those of the options measured quickest first
-                specs[i:] = sorted(specs[i:], key=lambda s: fastest.get(s.option, (0.0, math.inf, ""))[1])
+            if i == priors:  # the other values: compiled ones first (the large wins), then by quickest option
+                specs[i:] = sorted(specs[i:], key=lambda s: (s.option not in UNIT,
+                                                             fastest.get(s.option, (0.0, math.inf, ""))[1]))
             spec = specs[i]
             if on_event:
                 on_event(i, len(specs), None)
@@ -172,12 +174,11 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 na = _na_for_decode(done)
                 cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if first_call_compiles(spec) else None
                 try:
-                    current, spare = spare or Worker(worker_argv()), (
-                        Worker(worker_argv()) if to_run > 0 or cold else None)
+                    current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 or cold else None)
                     result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),
                                      limit, left, best)
                     if cold is not None and result.status == "measured":
-                        current, spare = spare or Worker(worker_argv()), (Worker(worker_argv()) if to_run > 0 else None)
+                        current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 else None)
                         result = _warm_again(current, spec, shapes, na, cold, result,
                                              budget - (time.monotonic() - t0), cancel)
                 finally:
@@ -194,6 +195,11 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     order = {(s.option, s.value): i for i, s in enumerate(sorted(specs, key=lambda s: options.index(s.option)))}
     done.sort(key=lambda c: (options.index(c.option), order.get((c.option, c.value), len(order))))
     return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
+
+
+def _new_worker() -> Worker:
+    """A tune worker, done once it answers (a process that compiled is not waited for to exit)."""
+    return Worker(worker_argv(), answer_ends=True)
 
 
 def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple | None) -> Candidate:
