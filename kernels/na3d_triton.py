@@ -371,7 +371,9 @@ def _launch_tile(key: tuple | None, kernel, tile: dict, grid: tuple[int, int], a
         return hit
     compiled = kernel[grid](*args, **tile)
     if hit is not None:
-        if whole:  # the process's first straight launch, checked against Triton's own once
+        # the process's first straight launch, checked against Triton's own once (not while a CUDA
+        # graph is captured: the check reads the outputs back)
+        if whole and not _capturing(args[3]):
             _FAST_OK[0] = _same_output(hit, grid, args)
             if not _FAST_OK[0]:
                 _COMPILED.clear()
@@ -381,6 +383,10 @@ def _launch_tile(key: tuple | None, kernel, tile: dict, grid: tuple[int, int], a
             _COMPILED.clear()
         _COMPILED[ck] = (compiled, tuple(tile[name] for name in kernel.arg_names[len(args):]))
     return None
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _same_output(hit: tuple, grid: tuple[int, int], args: tuple) -> bool:

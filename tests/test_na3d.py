@@ -270,6 +270,24 @@ def test_a_repeated_call_launches_its_compiled_kernel_straight_once_checked(monk
     assert fake.log == ["triton", "triton"]
 
 
+def test_no_straight_launch_is_checked_while_a_cuda_graph_is_captured(monkeypatch):
+    """The check reads outputs back, which a capture forbids: it waits for a call outside one."""
+    from kernels import na3d_triton as mod
+
+    fake = _FakeTriton(1.0)
+    monkeypatch.setattr(mod, "_COMPILED", {})
+    monkeypatch.setattr(mod, "_FAST_OK", [None])
+    args = (torch.zeros(4), torch.zeros(4), torch.zeros(4), torch.zeros(4), 3, 0.5)
+    tile = {"TT": 2, "TH": 4}
+    monkeypatch.setattr(mod, "_capturing", lambda t: True)
+    for _ in range(2):
+        mod._launch_tile(("key",), fake, tile, (5, 1), args, True)
+    assert fake.log == ["triton", "triton"] and mod._FAST_OK == [None]
+    monkeypatch.setattr(mod, "_capturing", lambda t: False)
+    mod._launch_tile(("key",), fake, tile, (5, 1), args, True)
+    assert fake.log[-1][0] == "straight" and mod._FAST_OK == [True]
+
+
 class _Recording:
     """Wraps an (interpreted) Triton kernel: launches through it are logged and return itself as the
     compiled kernel, whose straight launches (every argument positional) are logged and run it too."""
