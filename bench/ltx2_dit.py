@@ -480,12 +480,16 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     fns = {e.name[len(LABEL_FN):] for e in chain if e.name.startswith(LABEL_FN)}
     op_names = [o.name for o in ops]
     inductor = low.startswith("triton_")
+    # Inductor's pointwise and reduction kernels are named after every op they fused, a GEMM's or an
+    # attention's neighbours included (the q/k norm before SDPA, the quantization before _scaled_mm):
+    # never a GEMM or an attention themselves (its matmul templates are `triton_tem_`).
+    fused = re.match(r"triton_(poi|red|per)_", low) is not None
     if name.startswith("views and allocations"):
         return "other", name
-    if ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names):
+    if not fused and (ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names)):
         return "attention", _attention_kind(ops, dims)
-    gemm = next((o for o in ops if o.name in GEMM_OPS), None)
-    if gemm is not None or GEMM_KERNEL.search(low):
+    gemm = None if fused else next((o for o in ops if o.name in GEMM_OPS), None)
+    if gemm is not None or (not fused and GEMM_KERNEL.search(low)):
         mkn = _mkn(gemm) if gemm is not None else None
         path = next((m[0] for m in mods if m[1] in ("Linear", *QUANT_CLASSES)), None)
         in_block = any(m[0].startswith("transformer_blocks.") for m in mods)
@@ -495,7 +499,8 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     if cls in QUANT_CLASSES or "quantize" in low or "amax" in low or "float8" in low or "fp8" in low \
             or any("quantize" in n for n in op_names):
         return "quantization", "fp8 weight upcast (fp8-cast)" if cls in ("FP8CastLinear", "Fp8CastLinear") \
-            else "activation quantization (amax, scale, cast)"
+            else "activation quantization (amax, scale, cast" + ("; Inductor: with the norm/GELU before it)"
+                                                                  if fused else ")")
     if "memcpy" in low or "memset" in low:
         return "copies", name.split()[0] if " " in name else name
     if "preprocess" in fns:
