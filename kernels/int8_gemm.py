@@ -49,16 +49,12 @@ def quantize_rows_torch(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tens
 
 
 def quantize_rows(x: torch.Tensor, dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric quantization of a 2-D tensor to int8 or float8_e4m3fn, one pass on CUDA.
-
-    Inside torch.compile the plain-torch form is traced instead: Inductor then fuses the row max and
-    the cast into the kernel that produced `x` (the RMSNorm and AdaLN modulation before a DiT GEMM),
-    where an opaque Triton launch would cost a pass of its own."""
+    """Per-row symmetric quantization of a 2-D tensor to int8 or float8_e4m3fn, one pass on CUDA."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rows takes a 2-D tensor, got shape {tuple(x.shape)}")
     if dtype not in (torch.int8, torch.float8_e4m3fn):
         raise ValueError(f"dtype must be torch.int8 or torch.float8_e4m3fn, got {dtype}")
-    if x.device.type != "cuda" or torch.compiler.is_compiling():
+    if x.device.type != "cuda":
         return quantize_rows_torch(x, dtype)
     x = x if x.stride(-1) == 1 else x.contiguous()
     m, k = x.shape
