@@ -288,6 +288,22 @@ def test_no_straight_launch_is_checked_while_a_cuda_graph_is_captured(monkeypatc
     assert fake.log[-1][0] == "straight" and mod._FAST_OK == [True]
 
 
+def test_an_output_with_nan_leaves_the_check_to_a_later_call(monkeypatch):
+    """NaN never equals NaN: such an output cannot tell whether the straight launch wrote it."""
+    from kernels import na3d_triton as mod
+
+    fake = _FakeTriton(float("nan"))
+    monkeypatch.setattr(mod, "_COMPILED", {})
+    monkeypatch.setattr(mod, "_FAST_OK", [None])
+    nan_out = torch.full((4,), float("nan"))
+    args = (torch.zeros(4), torch.zeros(4), torch.zeros(4), nan_out, 3, 0.5)
+    monkeypatch.setattr(_FakeTriton, "__getitem__", lambda self, grid: lambda *a, **t: (
+        self.log.append("triton"), a[3].fill_(float("nan")), _FakeCompiled(self))[-1])
+    for _ in range(3):
+        mod._launch_tile(("key",), fake, {"TT": 2, "TH": 4}, (5, 1), args, True)
+    assert mod._FAST_OK == [None] and fake.log.count("triton") == 3
+
+
 class _Recording:
     """Wraps an (interpreted) Triton kernel: launches through it are logged and return itself as the
     compiled kernel, whose straight launches (every argument positional) are logged and run it too."""
@@ -320,6 +336,15 @@ def test_a_call_seen_before_costs_one_straight_launch(monkeypatch):
     for _ in range(4):
         torch.testing.assert_close(mod.launch(q, k, v, window, causal, 0.5), want, atol=1e-4, rtol=1e-4)
     assert log == ["triton", "triton", "straight", "straight", "straight"] and len(mod._PLANS) == 1
+
+    def no_tile(*args):
+        raise AssertionError("a call with a plan launches it, nothing else")
+    launch_tile = mod._launch_tile
+    monkeypatch.setattr(mod, "_launch_tile", no_tile)
+    torch.testing.assert_close(mod.launch(q, k, v, window, causal, 0.5), want, atol=1e-4, rtol=1e-4)
+    monkeypatch.setattr(mod, "_launch_tile", launch_tile)
     log.clear()
-    mod.launch(q, k, v, window, causal, 0.25)
-    assert log == ["triton"]
+    mod.launch(q, k, v, window, causal, 0.25)  # another scale
+    odd = torch.empty(q.numel() + 1)[1:].view(q.shape).copy_(q)  # another alignment, same shape and strides
+    torch.testing.assert_close(mod.launch(odd, k, v, window, causal, 0.5), want, atol=1e-4, rtol=1e-4)
+    assert log == ["triton", "triton"]

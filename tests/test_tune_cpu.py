@@ -168,10 +168,15 @@ def test_a_tune_worker_is_done_when_it_answers_not_when_it_exits():
     code = ("import json, sys, time\nsys.stdin.readline()\nprint('progress')\n"
             "print(json.dumps({'status': 'measured', 'ms': 1.0}), flush=True)\ntime.sleep(30)  # exit-slow-worker\n")
     t0 = time.monotonic()
-    outcome = Worker([sys.executable, "-c", code], answer_ends=True).run("{}", timeout=20)
+    worker = Worker([sys.executable, "-c", code], answer_ends=True)
+    outcome_pid = worker.proc.pid
+    outcome = worker.run("{}", timeout=20)
     assert outcome.status == "done" and outcome.last_json() == {"status": "measured", "ms": 1.0}
     assert time.monotonic() - t0 < 10
     time.sleep(0.2)
-    assert not [p for p in os.listdir("/proc") if p.isdigit() and b"exit-slow-worker" in open(
-        f"/proc/{p}/cmdline", "rb").read()]
+    with pytest.raises(ProcessLookupError):  # its process group is gone
+        os.killpg(outcome_pid, 0)
     assert Worker([sys.executable, "-c", code]).run("{}", timeout=1.5).status == "timeout"  # the smoke's workers
+    garbled = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe warm-up noise\\n')\n" + code
+    assert Worker([sys.executable, "-c", garbled], answer_ends=True).run("{}", timeout=20).last_json() == {
+        "status": "measured", "ms": 1.0}  # bytes that are not UTF-8 do not stop the reading

@@ -36,7 +36,7 @@ class Outcome:
     def last_json(self) -> dict | None:
         """The last stdout line that is a JSON object with a "status" key (the worker's answer)."""
         for line in reversed(self.stdout.strip().splitlines()):
-            row = _is_answer(line)
+            row = _answer(line)
             if row:
                 return row
         return None
@@ -45,7 +45,7 @@ class Outcome:
         return " | ".join((self.stderr or self.stdout).strip().splitlines()[-lines:])
 
 
-def _is_answer(line: str) -> dict | None:
+def _answer(line: str) -> dict | None:
     """`line` as a worker's answer: a JSON object with a "status" key, else None."""
     try:
         row = json.loads(line)
@@ -94,22 +94,24 @@ class Worker:
         key) ends its run; it is not waited for to exit (a process that compiled can take seconds
         to shut torch's compile workers and CUDA down)."""
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+                                     text=True, errors="replace", start_new_session=True)
         with _live_lock:
             _live.add(self.proc)
         self._out: list[str] = []
         self._err: list[str] = []
         self._answered = threading.Event()
-        self._readers = [threading.Thread(target=self._read_lines if answer_ends else lambda: self._out.append(
-                             self.proc.stdout.read()), daemon=True),
+        self._readers = [threading.Thread(target=self._read_lines if answer_ends else self._read_all, daemon=True),
                          threading.Thread(target=lambda: self._err.append(self.proc.stderr.read()), daemon=True)]
         for r in self._readers:
             r.start()
 
+    def _read_all(self) -> None:
+        self._out.append(self.proc.stdout.read())
+
     def _read_lines(self) -> None:
         for line in self.proc.stdout:
             self._out.append(line)
-            if _is_answer(line):
+            if _answer(line):
                 self._answered.set()
 
     def run(self, task: str | None, timeout: float, cancel: threading.Event | None = None) -> Outcome:
@@ -134,6 +136,8 @@ class Worker:
                 time.sleep(0.05)
             if status is None and cancel is not None and cancel.is_set():  # killed for a cancel (`kill_all`)
                 status = "cancelled"
+            if status == "timeout" and self._answered.is_set():  # the answer came in the last tick
+                status = None
         finally:
             if status or proc.poll() is None:  # also on KeyboardInterrupt: no worker is left behind
                 _kill_group(proc)

@@ -26,7 +26,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from backends.machine.capability import import_optional
 from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
 
 LTX2_BLOCK_PREFIX = "transformer_blocks."

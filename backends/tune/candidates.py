@@ -102,9 +102,11 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
             specs.append(Spec(option, value, device))
         if options == DEFAULT_OPTIONS:
             timed = {spec.value for spec in specs[first:]}
-            for spec in [spec for spec in specs[first:] if STAND_INS.get((option, spec.value), ("",))[0] in timed]:
-                specs.remove(spec)
-                skipped.append((option, spec.value, STAND_INS[option, spec.value][1]))
+            for spec in specs[first:]:
+                stands_in_for, why = STAND_INS.get((option, spec.value), (None, ""))
+                if stands_in_for in timed:
+                    specs.remove(spec)
+                    skipped.append((option, spec.value, why))
         if option in UNIT and len(specs) - first == 1:
             alone = specs.pop()
             skipped.append((option, alone.value, "the only value of this option timed here: auto has nothing to "

@@ -146,7 +146,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     try:
         for i in range(len(specs)):
             if i == priors:  # the other values: compiled ones first (the large wins), then by quickest option
-                specs[i:] = sorted(specs[i:], key=lambda s: (s.option not in UNIT,
+                specs[i:] = sorted(specs[i:], key=lambda s: (not first_call_compiles(s),
                                                              fastest.get(s.option, (0.0, math.inf, ""))[1]))
             spec = specs[i]
             if on_event:
