@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -188,13 +189,13 @@ class TileConfig:
 
 # Every tile here was the fastest on some shape of bench/na3d.py's sweep on an H200 (4x2x8, 2x8x8
 # and 1x8x16 never were, and are gone: each config costs a compile and a timing on a first call).
+# num_stages 3 of 1x8x8 and 2x4x8 compiled to the same binary as 2 (Triton 3.6 and 3.9, SM 9.0):
+# gone too.
 CONFIGS = (
     TileConfig(1, 8, 8, 2, 4, 2),
     TileConfig(1, 8, 8, 4, 4, 2),
-    TileConfig(1, 8, 8, 2, 4, 3),
     TileConfig(2, 4, 8, 2, 4, 2),
     TileConfig(2, 4, 8, 4, 4, 2),
-    TileConfig(2, 4, 8, 2, 4, 3),
     TileConfig(1, 4, 16, 1, 4, 2),  # wide windows: a halo of 16+ columns fills a 16-wide tile's key block
     TileConfig(1, 4, 8, 2, 4, 2),  # small grids only (size class <= SMALL_CLASS)
     TileConfig(1, 2, 8, 2, 2, 2),
@@ -202,6 +203,7 @@ CONFIGS = (
 SMALL_TILE, SMALL_CLASS = 64, 0
 # Small fixed tile for the CPU interpreter (TRITON_INTERPRET=1), where autotuning is pointless.
 INTERPRET_CONFIG = TileConfig(1, 2, 8, 1, 4, 1)
+PRECOMPILE_THREADS = 8  # tiles compiled at once on a key's first call
 SM_GUESS = 132  # the size class counts 64-query tiles per SM of an H100/H200-sized GPU
 
 
@@ -324,7 +326,10 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
         if tile is None:  # the first call of this key: the autotuner times the tiles
             tuner = _TUNED[shared]
             grid = lambda c: _grid(t, h, w, c["TT"], c["TH"], c["TW"], bh_count)  # noqa: E731
-            tuner[grid](*args, **_meta(kernel, causal, d, q.dtype))
+            meta = _meta(kernel, causal, d, q.dtype)
+            if q.is_cuda:
+                precompile(tuner, args, meta, {"T": t, "H": h, "W": w, "SIZE": size})
+            tuner[grid](*args, **meta)
             c = tuner.best_config  # (two threads' first calls at once may store either's choice: both run)
             chosen = TileConfig(**c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
             tile = _CHOSEN[key] = _launch_kwargs(chosen, kernel, causal, d, q.dtype)
@@ -339,6 +344,26 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: Triple, ca
             _PLANS.clear()
         _PLANS[call] = steps
     return out
+
+
+def precompile(tuner, args: tuple, meta: dict, named: dict) -> None:
+    """Compile the tiles the autotuner is about to time, in threads at once (Triton's compile mostly
+    runs outside the GIL: 4 tiles took 1.37 s in 2 threads against 2.7 s one after another on a
+    2-core machine, same binaries); the autotuner then finds them compiled. A tile that fails here
+    is left to the autotuner, which reports it."""
+    configs = _prune(tuner.configs, named)
+    if len(configs) < 2:
+        return
+
+    def compile_one(config) -> None:
+        try:
+            tuner.fn.warmup(*args, grid=(1, 1), **meta, **config.all_kwargs())
+        except Exception:  # noqa: BLE001 (the autotuner compiles it again and raises what is wrong)
+            pass
+    compile_one(configs[0])  # alone first: Triton makes its per-device caches on a first compile
+    workers = min(len(configs) - 1, os.cpu_count() or 1, PRECOMPILE_THREADS)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(compile_one, configs[1:]))
 
 
 # Compiled kernels launched straight: (tuned key, tile, every non-tensor argument, the tensors'

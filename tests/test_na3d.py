@@ -348,3 +348,33 @@ def test_a_call_seen_before_costs_one_straight_launch(monkeypatch):
     odd = torch.empty(q.numel() + 1)[1:].view(q.shape).copy_(q)  # another alignment, same shape and strides
     torch.testing.assert_close(mod.launch(odd, k, v, window, causal, 0.5), want, atol=1e-4, rtol=1e-4)
     assert log == ["triton", "triton"]
+
+
+def test_a_first_call_compiles_the_tiles_to_time_in_threads_before_the_autotuner(monkeypatch):
+    """Each pruned tile is warmed up once, with the problem's constexprs and the tile's settings as
+    the autotuner passes them (so it finds them compiled); a tile that fails is left to it."""
+    import threading
+
+    from kernels import na3d_triton as mod
+
+    warmed = []
+
+    class Fn:
+        def warmup(self, *args, grid, **kwargs):
+            warmed.append((threading.get_ident(), args, kwargs))
+            if kwargs["TH"] == 4 and kwargs["TT"] == 2 and kwargs["RH"] == 4:
+                raise RuntimeError("out of shared memory")
+
+    class Tuner:
+        configs = mod._TUNED[True].configs
+        fn = Fn()
+
+    named = {"T": 18, "H": 34, "W": 60, "SIZE": mod.size_key(32, 18, 34, 60)}
+    mod.precompile(Tuner(), ("q", 7), {"D": 64}, named)
+    kept = mod._prune(Tuner.configs, named)
+    assert len(warmed) == len(kept) >= 2
+    assert sorted((kw["TT"], kw["TH"], kw["TW"], kw["RH"], kw["num_stages"]) for _, _, kw in warmed) == sorted(
+        (c.kwargs["TT"], c.kwargs["TH"], c.kwargs["TW"], c.kwargs["RH"], c.num_stages) for c in kept)
+    assert all(args == ("q", 7) and kw["D"] == 64 and kw["num_warps"] == 4 for _, args, kw in warmed)
+    assert warmed[0][0] == threading.get_ident()  # the first alone, in the caller's thread
+    assert len({ident for ident, _, _ in warmed[1:]} - {threading.get_ident()}) >= 1
