@@ -3,6 +3,10 @@ Triton kernel (interpreter) vs the reference, natten flex-fna vs the reference."
 
 import itertools
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -378,3 +382,47 @@ def test_a_first_call_compiles_the_tiles_to_time_in_threads_before_the_autotuner
     assert all(args == ("q", 7) and kw["D"] == 64 and kw["num_warps"] == 4 for _, args, kw in warmed)
     assert warmed[0][0] == threading.get_ident()  # the first alone, in the caller's thread
     assert len({ident for ident, _, _ in warmed[1:]} - {threading.get_ident()}) >= 1
+
+
+_PRECOMPILE_CHECK = """
+import importlib, torch
+from triton.backends.compiler import GPUTarget
+from kernels import na3d_triton as mod
+
+class Driver:  # what a compile asks of the active driver
+    def get_current_device(self):
+        return 0
+    def get_current_stream(self, device=None):
+        return 0
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+importlib.import_module("triton.runtime.driver").driver.set_active(Driver())
+tuner = mod._TUNED[True]
+q = torch.zeros(1, 18, 34, 60, 32, 64, dtype=torch.bfloat16)
+size = mod.size_key(32, 18, 34, 60)
+args = (q, q, q, q, *q.stride()[:5], 18, 34, 60, 32, 1.0, 0, size)
+meta = mod._meta((3, 7, 7), (False,) * 3, 64, torch.bfloat16)
+named = {"T": 18, "H": 34, "W": 60, "SIZE": size}
+mod.precompile(tuner, args, meta, named)
+cache = tuner.fn.fn.device_caches[0][0]
+compiled = len(cache)
+tuner.warmup(*args, grid=(1, 1), **meta)  # the autotuner's compile of each tile, as its timing makes it
+print(compiled, len(mod._prune(tuner.configs, named)), len(cache))
+"""
+
+
+@pytest.mark.slow
+def test_the_precompiled_tiles_are_the_ones_the_autotuner_compiles(tmp_path):
+    """With Triton's real compiler (ptxas for SM 9.0, a stand-in driver: no GPU needed), in a process
+    without the interpreter: after `precompile`, the autotuner's own compile of each pruned tile finds
+    it in the kernel cache (no entry added)."""
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", _PRECOMPILE_CHECK], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    compiled, pruned, after = map(int, out.stdout.split())
+    assert compiled == pruned == after and pruned >= 2
