@@ -367,6 +367,7 @@ class _Started(Exception):
 
 
 @pytest.mark.ltx2
+@pytest.mark.slow
 def test_distilled_mgpus_runner_reaches_a_spawned_rank_with_the_hooks(ltx2_pipelines, tiny, tmp_path, monkeypatch):
     """`ltx-tui run -- ltx_pipelines.distilled_mgpu`: the module (run as __main__) hands
     DistilledRunner to MGPUController; the controller's start() is where LTX-2 would spawn ranks.

@@ -164,6 +164,7 @@ def test_dit_fp8_cast_takes_ltx2s_linears_with_comparable_error(dit, cap):
     assert 0 < our_err <= 2 * their_err and 0 < their_err <= 2 * our_err, (our_err, their_err)
 
 
+@pytest.mark.slow
 def test_dit_compile_per_real_block(dit, cap):
     model, inputs = dit
     want = forward(model, inputs)

@@ -332,9 +332,9 @@ def test_a_call_seen_before_costs_one_straight_launch(monkeypatch):
     for name, fresh in (("_COMPILED", {}), ("_PLANS", {}), ("_FAST_OK", [None]), ("_CHOSEN", {})):
         monkeypatch.setattr(mod, name, fresh)
     monkeypatch.setattr(mod, "interpreting", lambda: False)
-    q, k, v = rand((1, 2, 4, 9, 2, 16))
+    q, k, v = rand((1, 1, 4, 8, 1, 16))  # two programs of the interpreter's tile
     window, causal = (1, 3, 3), (False,) * 3
-    key = (q.device, window, causal, 16, q.dtype, mod.size_key(2, 2, 4, 9), True)
+    key = (q.device, window, causal, 16, q.dtype, mod.size_key(1, 1, 4, 8), True)
     mod._CHOSEN[key] = mod._launch_kwargs(mod.INTERPRET_CONFIG, window, causal, 16, q.dtype)  # as if tuned
     want = na3d_reference(q, k, v, window, scale=0.5)
     for _ in range(4):
