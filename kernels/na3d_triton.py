@@ -5,9 +5,11 @@ tile's windows (its KV halo) is walked once, in blocks of RH rows x RW columns o
 time step; every block lies inside some query's window, nothing outside the halo is read.
 Scores are masked to each query's own window, softmax is online with fp32 accumulation.
 Tile shapes are autotuned per (kernel size, causal axes, head_dim, dtype, size class): a small
-grid wants smaller tiles than the decoder's. Once a key is tuned, calls launch the chosen tile
-straight, without the autotuner's and heuristics' per-call work (tens of microseconds, more
-than a small problem's kernel takes).
+grid wants smaller tiles than the decoder's. A key's first call compiles the tiles to time in
+threads (`precompile`), then the autotuner times them. Later calls launch the chosen tile's
+compiled kernel straight (`_launch_tile`), and a call seen before replays its whole launch
+(`_PLANS`): neither pays the autotuner's, heuristics' or Triton's own per-call work (tens of
+microseconds, more than a small problem's kernel takes).
 """
 
 from __future__ import annotations
