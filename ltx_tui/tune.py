@@ -153,7 +153,7 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
 
     before = _cached_count(cap, shapes, keys, fresh)
     tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, runs=runs, on_event=progress,
-                 on_wait=waiting)
+                 on_wait=waiting, started=t0)
     problems = [note for note in tuned.notes if not note.startswith("cached in")]
     for i, note in enumerate(problems, 1):
         print(f"ltx-tui: warning: {note}{'; the results are printed below' if i == len(problems) else ''}", file=stderr)

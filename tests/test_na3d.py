@@ -384,6 +384,24 @@ def test_a_first_call_compiles_the_tiles_to_time_in_threads_before_the_autotuner
     assert len({ident for ident, _, _ in warmed[1:]} - {threading.get_ident()}) >= 1
 
 
+def test_the_tiles_are_compiled_at_the_autotuners_first_timing_only(monkeypatch):
+    """A key the autotuner times compiles its tiles once, before its first timing; a key whose choice
+    Triton's disk cache holds is never timed, and then nothing more is compiled."""
+    import triton.testing
+
+    from kernels import na3d_triton as mod
+
+    log = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: log.append("timed") or 1.0)
+    mod._PENDING.compile = lambda: log.append("compiled")
+    mod._quick_bench(lambda: None)
+    mod._quick_bench(lambda: None)
+    assert log == ["compiled", "timed", "timed"]
+    mod._PENDING.compile = None
+    mod._quick_bench(lambda: None)
+    assert log[-1] == "timed" and log.count("compiled") == 1
+
+
 _PRECOMPILE_CHECK = """
 import importlib, torch
 from triton.backends.compiler import GPUTarget

@@ -63,10 +63,13 @@ plan = {"false": (447.0, 0.6, None), "true": (361.0, 8.1, 2.2), "chunked_eager":
 ms, cold_s, warm_s = plan.get(spec["value"], (100.0, 0.1, None))  # other options' values: quick
 if spec["value"] in ("false", "chunked_eager"):  # the compiled options' priors take longer than others
     time.sleep(0.3)
+counts = {"graphs": 2, "fx_graph": [2, 0, 0] if spec["first_only"] else [0, 2, 0], "aot_autograd": [0, 0, 1],
+          "bypassed": "Bypassing autograd cache due to: [fake]"}
 if spec["first_only"]:
-    print(json.dumps({"status": "measured", "warmup_s": warm_s, "reason": "first call only"}))
+    print(json.dumps({"status": "measured", "warmup_s": warm_s, "reason": "first call only", "compile_cache": counts}))
 else:
-    print(json.dumps({"status": "measured", "ms": ms, "max_error": 1e-3, "warmup_s": cold_s, "reason": "fake"}))
+    print(json.dumps({"status": "measured", "ms": ms, "max_error": 1e-3, "warmup_s": cold_s, "reason": "fake",
+                      **({"compile_cache": counts} if cache else {})}))
 """
 
 
@@ -99,6 +102,12 @@ def test_a_compiled_value_is_timed_cold_then_from_the_warm_cache_in_a_second_pro
     assert (tmp_path / "compile" / "inductor" / "chunked_compile" / "kernel.bin").read_text() == "chunked_compile"
     assert (tmp_path / "compile" / "triton" / "true" / "kernel.bin").is_file()
     assert not list((tmp_path / "tmp").iterdir()) and tuned.runs == 1
+    # each process says what the compile caches gave it: the cold one compiled, the warm one hit
+    assert rows["true"].reason == (
+        "fake; cold process: 2 graph(s) traced, Inductor's cache 0 hit / 2 miss / 0 bypass, AOTAutograd's 0 / 0 / 1 "
+        "(Bypassing autograd cache due to: [fake]); warm-cache process: 2 graph(s) traced, Inductor's cache 2 hit / "
+        "0 miss / 0 bypass, AOTAutograd's 0 / 0 / 1 (Bypassing autograd cache due to: [fake])")
+    assert rows["false"].reason == "fake"
 
 
 def test_after_the_priors_the_values_whose_first_call_compiles_go_first(fake_worker):
@@ -162,7 +171,10 @@ def test_the_worker_times_a_first_call_alone_in_the_cache_it_is_given(monkeypatc
             "compile_cache": str(tmp_path), "first_only": True}
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # the worker sets both: put them back after the test
-    assert runmod.worker(spec) == {"status": "measured", "warmup_s": 2.5, "reason": "first call only"}
+    row = runmod.worker(spec)
+    assert row == {"status": "measured", "warmup_s": 2.5, "reason": "first call only",
+                   "compile_cache": row["compile_cache"]}
+    assert set(row["compile_cache"]) >= {"graphs", "fx_graph", "aot_autograd"}  # torch's counters, as they stand
     assert seen == {"first_only": True, "cache": str(tmp_path / "inductor")}
     row = runmod.worker(dict(spec, first_only=False, compile_cache=None))
     assert row["ms"] == 10.0 and row["warmup_s"] == 9.0 and row["status"] == "measured"
@@ -171,8 +183,8 @@ def test_the_worker_times_a_first_call_alone_in_the_cache_it_is_given(monkeypatc
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")
 def test_the_dit_measurement_times_one_forward_of_48_blocks_and_its_first_call(narrow, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(measure, "bench", lambda fn, device: fn() and 1.0)
-    monkeypatch.setattr(measure, "first_call", lambda fn, device: fn() and 0.5)
+    monkeypatch.setattr(measure, "bench", lambda fn, device, warm=False: fn() and 1.0)
+    monkeypatch.setattr(measure, "first_call", lambda fn, device: (0.5, fn()))
     ms, err, warm = measure.compile_enabled("false", narrow, "cpu", torch.float32)
     assert ms == 24.0 and err < 1e-5  # the pair's 1 ms x 48 / 2
     assert warm == 0.5 + 23 * 0.001  # a whole DiT's first forward: the pair's first call + 23 pairs at 1 ms

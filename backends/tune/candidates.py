@@ -43,7 +43,10 @@ NOT_BY_DEFAULT_CUDA = {("transformer.attention", "sdpa_math"): "not in the defau
                        "--options transformer.attention times it"}
 STAND_INS = {("transformer.quantization", "int8-w8a8"): ("fp8-scaled-mm", "not in the default set where "
              "fp8-scaled-mm runs: int8-w8a8 stands in for it on GPUs without fp8 (on the H200 it was the slower "
-             "of the two); --options transformer.quantization times it")}
+             "of the two); --options transformer.quantization times it"),
+             ("diffvae.na_backend", "eager_sdpa"): ("triton", "not in the default set where the Triton kernel runs: "
+             "the tiled eager SDPA fallback stands in for it where Triton cannot run (on the H200 it took 80x the "
+             "Triton kernel's time, 11 s of the tune); --options diffvae.na_backend times it")}
 
 
 @dataclass(frozen=True)

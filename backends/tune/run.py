@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
@@ -48,6 +49,7 @@ from backends.tune.candidates import DEFAULT_OPTIONS, Spec, candidates
 
 DEFAULT_BUDGET = 150.0
 MIN_TIMEOUT = 5.0  # a candidate is not started with less budget left than this
+FINISH_S = 1.0  # kept back from the budget (at most 1% of it) for what follows the last worker
 # A candidate may take SLOWER x the worker time of its option's fastest value so far (at least
 # SLOWER_MIN s; COMPILE_MIN s for one whose first call compiles, which a compile makes long):
 # one that needs longer is far slower and would only eat the budget.
@@ -104,16 +106,20 @@ def _na_for_decode(done: list[Candidate]) -> str:
 def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
          budget: float = DEFAULT_BUDGET, fresh: bool = False, store: bool = True, runs: int | None = None,
          on_event: Callable[[int, int, Candidate | None], None] | None = None,
-         cancel: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> Tuned:
+         cancel: threading.Event | None = None, on_wait: Callable[[str], None] | None = None,
+         started: float | None = None) -> Tuned:
     """Measure the candidates of `options` at `shapes` on this machine (`cap` is its live
-    capability) within `budget` seconds; returns and caches the result, with `runs` (the
+    capability) within `budget` seconds, counted from `started` (`time.monotonic()`, e.g. when the
+    command began; the wait for another tune is not counted); returns and caches the result, with `runs` (the
     generations a process will run: what `auto` counts a compile over; None: as cached, else 1).
     The next worker starts
     (imports, CUDA) while the current one measures. `on_wait(message)`: another tune holds the
     machine and this one waits for it (`cancel` stops the wait). A cache that cannot be written
     loses nothing but the cache: the result's notes say why."""
+    spent = 0.0 if started is None else max(0.0, time.monotonic() - started)
     with tune_lock(cancel, on_wait) as unlocked:
-        tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel)
+        spent += min(FINISH_S, budget / 100)
+        tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel, spent)
         if runs is None:
             runs = (load_tuned(cap, shapes.label) or tuned).runs
         tuned = dataclasses.replace(tuned, runs=runs)
@@ -128,7 +134,8 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
 
 
 def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[str, ...], budget: float, fresh: bool,
-          on_event: Callable[[int, int, Candidate | None], None] | None, cancel: threading.Event | None) -> Tuned:
+          on_event: Callable[[int, int, Candidate | None], None] | None, cancel: threading.Event | None,
+          spent: float = 0.0) -> Tuned:
     specs, not_timed = candidates(profile, cap, options)
     earlier = () if fresh else (load_tuned(cap, shapes.label) or Tuned("", "", ())).candidates
     cached = {(c.option, c.value): c for c in earlier
@@ -141,7 +148,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     priors = sum(s.value.split(":")[0] == prior.get(s.option) for s in specs)
     to_run = sum((s.option, s.value) not in cached for s in specs)
     fastest: dict[str, tuple[float, float, str]] = {}  # option -> (ms, worker seconds, value)
-    t0 = time.monotonic()
+    t0 = time.monotonic() - spent  # the budget's start
     spare: Worker | None = None
     try:
         for i in range(len(specs)):
@@ -217,7 +224,8 @@ def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple
         return Candidate(spec.option, spec.value, "failed",
                          reason=f"worker exited {outcome.returncode}: {outcome.tail()}")
     return Candidate(spec.option, spec.value, row["status"], row.get("ms"), row.get("max_error"),
-                     row.get("reason", ""), outcome.seconds, row.get("warmup_s"))
+                     row.get("reason", "") + cache_note(row.get("compile_cache"), "cold process"), outcome.seconds,
+                     row.get("warmup_s"))
 
 
 def _warm_again(worker: Worker, spec: Spec, shapes: RunShapes, na: str, cold: Path, result: Candidate, left: float,
@@ -241,7 +249,46 @@ def _warm_again(worker: Worker, spec: Spec, shapes: RunShapes, na: str, cold: Pa
     if row is None or not isinstance(row.get("warmup_s"), (int, float)):
         return untimed(f"the second process {outcome.status}" + (f" ({outcome.tail()})" if outcome.tail() else ""))
     return dataclasses.replace(result, warmup_cached_s=row["warmup_s"], seconds=round(
-        (result.seconds or 0) + outcome.seconds, 2))
+        (result.seconds or 0) + outcome.seconds, 2), reason=result.reason + cache_note(row.get("compile_cache"), "warm-cache process"))
+
+
+_CACHE_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+
+
+class _Bypasses(logging.Handler):
+    """Why Inductor's or AOTAutograd's cache passed a graph by (their "Bypassing ..." messages)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Bypassing"):
+            self.reasons.append(record.getMessage())
+
+
+def compile_cache_counts(bypassed: list[str]) -> dict:
+    """What this process's compiles found in the compile caches: graphs traced, and Inductor's FX
+    graph and AOTAutograd's cache hits, misses and bypasses (with the first bypass's reason)."""
+    from torch._dynamo.utils import counters
+
+    fx, aot = counters["inductor"], counters["aot_autograd"]
+    return {"graphs": counters["stats"]["unique_graphs"],
+            "fx_graph": [fx["fxgraph_cache_hit"], fx["fxgraph_cache_miss"], fx["fxgraph_cache_bypass"]],
+            "aot_autograd": [aot["autograd_cache_hit"], aot["autograd_cache_miss"], aot["autograd_cache_bypass"]],
+            **({"bypassed": bypassed[0][:200]} if bypassed else {})}
+
+
+def cache_note(counts: dict | None, process: str) -> str:
+    """'; <process>: 12 graph(s) traced, Inductor's cache 12 hit / 0 miss / 0 bypass, ...' for a
+    row's reason ('' without counts)."""
+    if not isinstance(counts, dict):
+        return ""
+    hit, miss, bypass = counts.get("fx_graph", ("?",) * 3)
+    ahit, amiss, abypass = counts.get("aot_autograd", ("?",) * 3)
+    why = f" ({counts['bypassed']})" if counts.get("bypassed") else ""
+    return (f"; {process}: {counts.get('graphs', '?')} graph(s) traced, Inductor's cache {hit} hit / {miss} miss / "
+            f"{bypass} bypass, AOTAutograd's {ahit} / {amiss} / {abypass}{why}")
 
 
 def worker(spec: dict) -> dict:
@@ -260,13 +307,17 @@ def worker(spec: dict) -> dict:
     extra = {"na_backend": spec["na_backend"]} if option == "diffvae.mode" else {}
     if spec.get("first_only"):
         extra["first_only"] = True
+    bypasses = _Bypasses()
+    for name in _CACHE_LOGGERS:
+        logging.getLogger(name).addHandler(bypasses)
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         ms, err, *warm = MEASURE[option](value, shapes, device, dtype, **extra)
     except torch.OutOfMemoryError:
         return {"status": "failed", "reason": f"out of memory at {shapes.label}"}
     except Exception as e:  # the row says what broke
         return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    warmup = {"warmup_s": round(warm[0], 3)} if warm else {}
+    warmup = {"warmup_s": round(warm[0], 3), "compile_cache": compile_cache_counts(bypasses.reasons)} if warm else {}
     if spec.get("first_only"):
         return {"status": "measured", **warmup, "reason": "first call only"}
     limit = bound(option, value, dtype)
