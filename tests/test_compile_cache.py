@@ -1,6 +1,8 @@
 """torch.compile's caches go to ltx-tui's cache directory, keyed by the versions that decide the
 compiled code, unless the environment already names them."""
 
+import pytest
+
 from backends.runtime.compile_cache import ENV, cache_key, use_compile_caches
 
 
@@ -72,3 +74,36 @@ def test_merged_triton_groups_find_their_kernels_after_the_source_is_gone(tmp_pa
     monkeypatch.setenv("TRITON_CACHE_DIR", str(warm / "triton"))
     group = FileCacheManager("k" * 32).get_group("kernel.json")
     assert group is not None and open(group["kernel.cubin"], "rb").read() == b"cubin"
+
+
+def test_a_forced_sdpa_backend_leaves_the_graph_cacheable_by_aotautograd(monkeypatch):
+    """Dynamo writes `sdpa_kernel` (ltx-tui's forced SDPA backends) as calls AOTAutograd's cache
+    bypasses unless marked: on the H200 every compiled DiT block was then traced again in every
+    process ("Bypassing autograd cache due to: Unsupported call_function target _backend_from_string")."""
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_cacheable
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from backends.runtime.compile_cache import mark_cacheable
+
+    monkeypatch.setattr(inductor_config, "unsafe_marked_cacheable_functions", {})
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    @torch.compile(backend=capture, fullgraph=True)
+    def attend(q):
+        with sdpa_kernel([SDPBackend.MATH]):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    attend(torch.randn(1, 2, 8, 16))
+    with pytest.raises(BypassAOTAutogradCache, match="_backend_from_string"):
+        check_cacheable(graphs[0])
+    mark_cacheable()
+    mark_cacheable()
+    assert inductor_config.unsafe_marked_cacheable_functions == {
+        "torch.nn.attention._backend_from_string": torch.__version__, "torch.nn.attention._sdpa_kernel": torch.__version__}
+    check_cacheable(graphs[0])  # no bypass

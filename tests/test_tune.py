@@ -259,3 +259,16 @@ def test_a_cached_rerun_reports_the_same_auto_as_the_fresh_one(capsys, monkeypat
     assert cached["from_cache"] > 0 and fresh["auto"] == cached["auto"]
     assert {k: fresh["auto"][k] for k in ("compile.enabled", "diffvae.mode")} == {
         "compile.enabled": False, "diffvae.mode": "chunked_eager"}
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_a_spare_worker_preloads_ltx2s_models_and_inductor():
+    """What the DiT and decoder candidates import (2 s and more each) is imported by the spare
+    worker while the one before it measures (a fresh process: this one has imported them already)."""
+    import subprocess
+
+    code = ("import sys; from backends.tune import measure; measure.preload(); "
+            "print([name for name in measure.PRELOAD if name not in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split("\n")[-2] == "[]", done.stderr[-1000:]

@@ -34,7 +34,7 @@ from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.machine.capability import Capability, import_optional, probe
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
-from backends.runtime.compile_cache import use_compile_caches
+from backends.runtime.compile_cache import mark_cacheable, use_compile_caches
 from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
@@ -392,6 +392,7 @@ def apply_profile(model: nn.Module, profile: Profile | Plan, capability: Capabil
     device = torch.device(device) if device is not None else _model_device(model)
     _check_device(device)
     use_compile_caches()  # before anything compiles: a later process compiles from the cache
+    mark_cacheable()
     if isinstance(profile, Plan):
         plan = profile
     else:  # `auto` follows what `ltx-tui --tune` measured on this machine, as in --check

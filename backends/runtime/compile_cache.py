@@ -57,6 +57,25 @@ def use_compile_caches(environ: MutableMapping[str, str] | None = None) -> dict[
     return {var: environ[var] for var in ENV}
 
 
+# Functions Dynamo writes into graphs that AOTAutograd's cache does not know, and so bypasses, though
+# the graph holds all they depend on: `sdpa_kernel` (ltx-tui's forced SDPA backend) becomes calls of
+# these two, the backends' names as constants. Without the mark every compiled DiT block is traced
+# by AOTAutograd again in every process.
+CACHEABLE = ("torch.nn.attention._backend_from_string", "torch.nn.attention._sdpa_kernel")
+
+
+def mark_cacheable() -> None:
+    """Let AOTAutograd's cache keep graphs that call CACHEABLE (keyed by torch's version; the mark
+    is part of Inductor's configuration, so of its cache keys: every ltx-tui process sets it alike).
+    Harmless to call again."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    marked = dict(inductor_config.unsafe_marked_cacheable_functions)
+    if any(marked.get(name) != torch.__version__ for name in CACHEABLE):
+        inductor_config.unsafe_marked_cacheable_functions = {**marked, **dict.fromkeys(CACHEABLE, torch.__version__)}
+
+
 def merge_compile_caches(src: Path, environ: MutableMapping[str, str] | None = None) -> int:
     """Copy the Inductor and Triton caches under `src` (`src/inductor`, `src/triton`, as a process
     with TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR there wrote them) into the caches this process's

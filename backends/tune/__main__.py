@@ -1,7 +1,7 @@
 """The tune worker: `python -m backends.tune [SPEC_JSON]` prints one JSON line with the timing.
 
-Without SPEC_JSON it first imports torch and the measurements and starts CUDA, then reads the
-spec as one line on stdin: the tuner starts the next worker while the current one measures."""
+Without SPEC_JSON it first imports torch and the measurements, and on CUDA starts it and imports
+LTX-2's models and Inductor (`measure.preload`), then reads the spec as one line on stdin: the tuner starts the next worker while the current one measures."""
 
 import importlib
 import json
@@ -15,9 +15,10 @@ if __name__ == "__main__":
     else:
         import torch
 
-        importlib.import_module("backends.tune.measure")  # imported before the spec arrives
+        measure = importlib.import_module("backends.tune.measure")  # imported before the spec arrives
 
-        if torch.cuda.is_available():
+        if torch.cuda.is_available():  # (on a CPU the import would slow the worker measuring now)
             torch.cuda.init()
+            measure.preload()
         spec = sys.stdin.readline()
     print(json.dumps(worker(json.loads(spec))), flush=True)

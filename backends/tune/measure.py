@@ -162,6 +162,25 @@ def _ltx_core() -> None:
 
 
 PAIR = 2  # the DiT blocks a compile candidate builds
+# What the DiT and decoder candidates import (2 s and more each): a spare worker imports them while
+# the worker before it measures, so no candidate waits for them.
+PRELOAD = ("ltx_core.model.transformer.model", "ltx_core.model.video_vae.diffusion_video_decoder",
+           "ltx_core.model.video_vae.transformer.apply", "torch._inductor.compile_fx")
+
+
+def preload() -> None:
+    """Import PRELOAD where it can be (what cannot is left to the candidate, which says why)."""
+    import importlib
+
+    from backends.runtime import ltx2
+
+    if ltx2.import_ltx_core()[0] is None:
+        return
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (the candidate that needs it reports the error)
+            pass
 
 
 def _dit_pair(values: dict, shapes: RunShapes, device: str, dtype: torch.dtype, first_only: bool = False
