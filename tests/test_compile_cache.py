@@ -24,6 +24,24 @@ def test_a_directory_the_user_set_is_kept(tmp_path, monkeypatch):
     assert set(used) == set(ENV)
 
 
+def test_inductors_own_default_written_by_an_import_is_replaced(tmp_path, monkeypatch):
+    """Importing LTX-2's decoder module makes Inductor look up its cache directory, and Inductor then
+    writes its temporary default into the environment: on the H200 every process after that compiled
+    into /tmp/torchinductor_<user>, and none found what the last one had compiled."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    cache_dir()  # what such an import does
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    used = use_compile_caches()
+    assert used["TORCHINDUCTOR_CACHE_DIR"] == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert used["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path)) and cache_dir().startswith(str(tmp_path))
+
+
 def test_apply_env_sets_them_before_anything_compiles(tmp_path, monkeypatch):
     from backends.config.options import Profile
     from backends.runtime.apply import apply_env

@@ -45,13 +45,21 @@ def compile_cache_root() -> Path:
     return platformdirs.user_cache_path("ltx-tui") / "compile" / cache_key()
 
 
+def _inductors_default() -> str | None:
+    """The directory Inductor writes into TORCHINDUCTOR_CACHE_DIR itself when it finds none (its
+    first look, which some imports make: LTX-2's decoder module does), None before Inductor loads."""
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    return None if utils is None else utils.default_cache_dir()
+
+
 def use_compile_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Point Inductor's and Triton's caches into ltx-tui's cache directory where the environment
-    does not already name one; returns the directories in use. Harmless to call again."""
+    does not already name one (Inductor's own default, written there by Inductor when an import
+    looked first, counts as none); returns the directories in use. Harmless to call again."""
     environ = os.environ if environ is None else environ
     root = None
     for var, sub in ENV.items():
-        if not environ.get(var):
+        if not environ.get(var) or (var == "TORCHINDUCTOR_CACHE_DIR" and environ[var] == _inductors_default()):
             root = root or compile_cache_root()
             environ[var] = str(root / sub)
     return {var: environ[var] for var in ENV}
