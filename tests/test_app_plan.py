@@ -157,3 +157,36 @@ async def test_the_apps_plan_checks_the_token_cap_at_its_run():
         app._resolve()
         d = app.decisions["parallel.gpus"]
         assert d.status is Status.ERROR and "32768" in d.message
+
+
+async def test_keys_that_arrive_together_are_applied_in_order():
+    """A terminal or an SSH link can deliver several keys at once. Textual's Input ran bound keys
+    (backspace, delete, home) after later typed characters: in tmux "224x22" + backspace + "9" stayed
+    "224x22" (Textualize/textual#6605). Every text field of the app takes them in order."""
+    from textual import events
+
+    from ltx_tui.widgets.ordered_input import OrderedInput
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        field = app.query_one("#run-resolution", Input)
+        assert isinstance(field, OrderedInput)
+        field.value, field.cursor_position = "224x22", 6
+        for key, character in (("backspace", "\x7f"), ("9", "9"), ("backspace", "\x7f"), ("6", "6"),
+                               ("home", None), ("delete", None), ("3", "3")):
+            app.post_message(events.Key(key, character))  # all queued before any is handled
+        await pilot.pause()
+        assert field.value == "324x26"
+
+
+def test_every_text_field_of_the_app_takes_keys_in_order():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "ltx_tui"
+    plain = [f"{p.name}:{n}" for p in root.rglob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"(?<!Ordered)Input\(", line) and "class OrderedInput" not in line]
+    assert plain == []

@@ -21,17 +21,17 @@ UNIT = {"diffvae.mode": "decode", "compile.enabled": "DiT forward"}  # what one 
 # DISTILLED_SIGMA_VALUES (8 steps), stage 2 through the 4 STAGE_2_DISTILLED_SIGMA_VALUES (3 steps),
 # one DiT forward a step (no guidance).
 DISTILLED_FORWARDS = 8 + 3
-# Without a measurement: neither compiles. On the H200 (bench/RESULTS.md, "bench/compile_cache.py",
-# "bench/ltx2_decode.py") a compiled decoder's first decode takes 27.1 s (3.3 s from a warm compile
-# cache) to save about 0.64 s a decode (1.19 -> 0.55 s), and compiling the DiT's blocks 8.1 s (2.2 s warm) to save
-# about 0.09 s a forward at 6144 tokens (0.05 s at 1536): neither pays off within one distilled
+# Without a measurement: neither compiles. On a fresh H200 (bench/RESULTS.md, "ltx-tui --tune — H200,
+# 2026-12-01, third round") a compiled decoder's first decode takes 18.6 s (2.5 s from a warm compile
+# cache) to save about 0.6 s a decode (1.13 -> 0.53 s), and compiling the DiT's blocks 8.1 s (1.8 s warm) to save
+# about 0.09 s a forward at 6144 tokens (0.05 s at 1536; "bench/ltx2_dit.py"): neither pays off within one distilled
 # generation (1 decode, 11 forwards), and a process that runs many generations is what --tune
 # --runs N measures for.
 PRIOR = {"diffvae.mode": "chunked_eager", "compile.enabled": "false"}
 PRIOR_WHY = {
-    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (27 s on the H200, 3.3 s "
-                    "cached) to save 0.64 s a decode; --tune measures it",
-    "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 8.1 s on the H200 (2.2 s cached) "
+    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (19 s on the H200, 2.5 s "
+                    "cached) to save 0.6 s a decode; --tune measures it",
+    "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 8.1 s on the H200 (1.8 s cached) "
                        "to save 0.09 s a forward; --tune measures it",
 }
 

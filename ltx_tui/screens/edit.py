@@ -17,6 +17,7 @@ from backends.config.options import MAX_SHOWN, Kind, OptionSpec
 from backends.config.rules import Status
 from backends.config.options import show_value
 from ltx_tui.widgets.options_list import MARK, STATUS_STYLE, choice_values, typed_choice
+from ltx_tui.widgets.ordered_input import OrderedInput
 
 
 CANCELLED = object()  # what both editors dismiss with when nothing was chosen (None is a value)
@@ -103,7 +104,7 @@ class ValueScreen(ModalScreen[Any]):
             yield Label(Text(self.spec.key, style="bold"))
             yield Static(Text(f"{self.spec.help}\nAllowed: {self.spec.allowed()}"
                               + (" (empty for the default)" if self.spec.optional else ""), style="italic"))
-            yield Input(value="" if self.current is None else show_value(self.current), id="value")
+            yield OrderedInput(value="" if self.current is None else show_value(self.current), id="value")
             yield Static("", id="value-error")
 
     def on_mount(self) -> None:

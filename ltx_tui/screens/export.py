@@ -32,6 +32,7 @@ from backends.machine.capability import Capability
 from backends.machine.text import printable
 from backends.machine.textfile import OutputExists, check_output
 from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.widgets.ordered_input import OrderedInput
 
 WAITING = "# the LTX-2 command line appears here once the capability probe has finished"
 
@@ -58,7 +59,7 @@ class ExportScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog export"):
             yield Label("Export profile to:")
-            yield Input(value=self.default_path, id="path")
+            yield OrderedInput(value=self.default_path, id="path")
             yield Static("", id="export-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save (enter)", variant="primary", id="save")

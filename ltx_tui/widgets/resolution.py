@@ -19,6 +19,7 @@ from backends.config.rules import Decision, Status, summarize
 from backends.config.options import show_value
 from ltx_tui.cli import _positive_int
 from ltx_tui.widgets.options_list import STATUS_STYLE
+from ltx_tui.widgets.ordered_input import OrderedInput
 
 
 def parse_run(resolution: str, frames: str, batch: str) -> RunShapes:
@@ -51,12 +52,12 @@ class RunShapeForm(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="run-inputs"):
             yield Label("run ")
-            yield Input(f"{self.shapes.width}x{self.shapes.height}", id="run-resolution", compact=True,
+            yield OrderedInput(f"{self.shapes.width}x{self.shapes.height}", id="run-resolution", compact=True,
                         tooltip="width x height, multiples of 32 (as --resolution)")
             yield Label(" frames ")
-            yield Input(str(self.shapes.frames), id="run-frames", compact=True, tooltip="8k+1 (as --frames)")
+            yield OrderedInput(str(self.shapes.frames), id="run-frames", compact=True, tooltip="8k+1 (as --frames)")
             yield Label(" batch ")
-            yield Input(str(self.shapes.batch), id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
+            yield OrderedInput(str(self.shapes.batch), id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
         yield Static(self._applied_note(), id="run-status")
 
     def _applied_note(self) -> Text:
