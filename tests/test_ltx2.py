@@ -192,16 +192,20 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
                                                                            request):
     """ltx-tui's chunked_compile: the decode matches LTX-2's chunked layout, run eagerly; the slab
     bodies (ltx-tui's, with the fused q/k norm + RoPE kernel), det stages and inject ran compiled,
+    the stage-5 MLPs as ltx-tui's fused op,
     none left eager by Dynamo's recompile limit; LTX-2's own decoder in the same process does not."""
     from torch._dynamo.utils import counters
 
+    from backends.runtime import diffvae_mlp
     from kernels import qk_norm_rope
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
 
-    fused = []
+    fused, mlps = [], []
     for name in ("qk_norm_rope_torch", "qk_norm_rope_triton"):
         monkeypatch.setattr(qk_norm_rope, name, (lambda f: lambda *a, **k: fused.append(1) or f(*a, **k))(
             getattr(qk_norm_rope, name)))
+    monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", (lambda f: lambda *a, **k: mlps.append(1) or f(*a, **k))(
+        diffvae_mlp.swiglu_residual_))
     # the tiny decoder's 4 det blocks share one code object: with a limit of 2, blocks past it ran eager
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     dynamo_log = logging.getLogger("torch._dynamo.convert_frame")  # torch's loggers do not propagate
@@ -220,6 +224,7 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     graphs = set(counters["stats"]) and counters["stats"]["unique_graphs"]
     assert graphs >= 3, dict(counters["stats"])  # at least slab body, det block, inject
     assert fused, "the slab bodies did not run ltx-tui's fused q/k norm + RoPE"
+    assert len(mlps) >= len(ours.diff_blocks), "the stage-5 blocks did not run ltx-tui's fused MLP"
     assert "recompile_limit" not in caplog.text
     theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
     counters.clear()

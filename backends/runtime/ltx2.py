@@ -80,6 +80,9 @@ class ChunkedCompile:
     kernel launches on an H200); its workspace is tile x 4 x channels (256 MiB at 262144 x 128).
     fused_qk: the slab body is ltx-tui's (`runtime.diffvae_slab`: one QKV projection, q/k norm +
     RoPE in one kernel) rather than LTX-2's, compiled.
+    fused_mlp: the stage-5 blocks' modulated SwiGLU + residual is ltx-tui's one kernel
+    (`runtime.diffvae_mlp`) rather than LTX-2's tiled op; it needs no workspace (mlp_tile then only
+    sizes the det stages' tiles).
     """
 
     slabs: bool = True
@@ -88,6 +91,7 @@ class ChunkedCompile:
     static_shapes: bool = True
     mlp_tile: int | None = 262_144
     fused_qk: bool = True
+    fused_mlp: bool = True
 
 
 def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any:
@@ -131,6 +135,15 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
         for block in decoder.diff_blocks:
             if hasattr(block, "context_proj"):
                 block.context_proj.weight.ltx_tui_compiled = "ltx-2"
+    if chunked.fused_mlp:
+        from backends.runtime.diffvae_mlp import residual_mlp
+
+        # LTX-2's compiled forward_attn_mlp calls it; the op inside is ltx-tui's, not compiled again
+        _compile_marked("chunked.block", "residual_modulating_mlp", lambda x, mlp, *args: mlp,
+                        {"ltx-tui": residual_mlp}, compile_bodies=False)
+        for block in decoder.diff_blocks:
+            if hasattr(block, "forward_attn_mlp"):
+                block.mlp.ltx_tui_compiled = "ltx-tui"
 
 
 # Dynamo settings for every compiled region of a laid-out decoder: Dynamo counts recompiles per
@@ -164,11 +177,12 @@ def _settle_dynamo(decoder: nn.Module) -> None:
                 setattr(module, name, functools.wraps(fn)(_under_settings(fn)))
 
 
-def _compile_marked(module: str, name: str, owner, bodies: dict | None = None) -> None:
+def _compile_marked(module: str, name: str, owner, bodies: dict | None = None, compile_bodies: bool = True) -> None:
     """Replace LTX-2's function `name` of `...transformer.<module>` by one that, when `owner(*args)`
     (a module or parameter) is marked `ltx_tui_compiled = key`, runs `bodies[key]` compiled
-    ("ltx-2": LTX-2's own function), and LTX-2's function as it is for anything unmarked (so
-    LTX-2's own decoders in the same process keep their behaviour).
+    ("ltx-2": LTX-2's own function; `compile_bodies=False`: `bodies` as they are, for a function
+    LTX-2 calls inside a region it compiles itself), and LTX-2's function as it is for anything
+    unmarked (so LTX-2's own decoders in the same process keep their behaviour).
 
     In the chunked layouts LTX-2 runs the attention half of each diffusion block as one opaque
     custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs eagerly, and injects the
@@ -193,6 +207,9 @@ def _compile_marked(module: str, name: str, owner, bodies: dict | None = None) -
 
         body.ltx_tui_bodies = compiled
         setattr(namespace, name, body)
+    if not compile_bodies:
+        compiled.update({key: fn for key, fn in (bodies or {}).items() if key not in compiled})
+        return
     for key, fn in {"ltx-2": getattr(installed, "__wrapped__", installed), **(bodies or {})}.items():
         if key not in compiled:
             compiled[key] = _under_settings(torch.compile(fn))
