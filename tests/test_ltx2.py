@@ -57,9 +57,14 @@ def decoder():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["chunked_eager", None])  # None: the combined layout the decoder is built with
-def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode):
+def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode, monkeypatch):
+    """ltx-tui's NA (and, chunked, its fused stage-5 MLP) give LTX-2's decode."""
+    from backends.runtime import diffvae_mlp
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
 
+    mlps = []
+    monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", (lambda f: lambda *a, **k: mlps.append(1) or f(*a, **k))(
+        diffvae_mlp.swiglu_residual_))
     latent = ltx2.decoder_latent(decoder, 2, 3, 5)
     want = decode(ltx2_na(copy.deepcopy(decoder), mode, EagerSdpaAttention()), latent)
     ours = copy.deepcopy(decoder)
@@ -70,6 +75,7 @@ def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode):
         ours = ltx2_na(copy.deepcopy(decoder), None, ours.det_stages[0][0].attn.attention_function)
     got = decode(ours, latent)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(mlps) == (2 * len(ours.diff_blocks) if mode else 0)  # 2 steps a decode
     # the q-prescaled protocol matters: the kernel's default scale would be far off
     assert (got - decode(ltx2_na(copy.deepcopy(decoder), mode, _default_scale), latent)).abs().max() > 1e-2
 
@@ -224,7 +230,7 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     graphs = set(counters["stats"]) and counters["stats"]["unique_graphs"]
     assert graphs >= 3, dict(counters["stats"])  # at least slab body, det block, inject
     assert fused, "the slab bodies did not run ltx-tui's fused q/k norm + RoPE"
-    assert len(mlps) >= len(ours.diff_blocks), "the stage-5 blocks did not run ltx-tui's fused MLP"
+    assert len(mlps) == 2 * len(ours.diff_blocks), "the stage-5 blocks did not run ltx-tui's fused MLP"
     assert "recompile_limit" not in caplog.text
     theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
     counters.clear()

@@ -81,8 +81,9 @@ class ChunkedCompile:
     fused_qk: the slab body is ltx-tui's (`runtime.diffvae_slab`: one QKV projection, q/k norm +
     RoPE in one kernel) rather than LTX-2's, compiled.
     fused_mlp: the stage-5 blocks' modulated SwiGLU + residual is ltx-tui's one kernel
-    (`runtime.diffvae_mlp`) rather than LTX-2's tiled op; it needs no workspace (mlp_tile then only
-    sizes the det stages' tiles).
+    (`runtime.diffvae_mlp`) rather than LTX-2's tiled op, in both chunked layouts (chunked_eager
+    too: it is a kernel, not a compile); it needs no workspace (mlp_tile then only sizes the det
+    stages' tiles).
     """
 
     slabs: bool = True
@@ -115,6 +116,15 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
     with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
         apply.apply_diffvae_config(decoder, decoder_recipe(mode, chunked))
     _settle_dynamo(decoder)
+    if mode in ("chunked_eager", "chunked_compile") and chunked.fused_mlp:
+        from backends.runtime.diffvae_mlp import residual_mlp
+
+        # LTX-2's compiled forward_attn_mlp calls it; the op inside is ltx-tui's, not compiled again
+        _compile_marked("chunked.block", "residual_modulating_mlp", lambda x, mlp, *args: mlp,
+                        {"ltx-tui": residual_mlp}, compile_bodies=False)
+        for block in decoder.diff_blocks:
+            if hasattr(block, "forward_attn_mlp"):
+                block.mlp.ltx_tui_compiled = "ltx-tui"
     if mode != "chunked_compile":
         return
     if chunked.mlp_tile:
@@ -135,15 +145,6 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
         for block in decoder.diff_blocks:
             if hasattr(block, "context_proj"):
                 block.context_proj.weight.ltx_tui_compiled = "ltx-2"
-    if chunked.fused_mlp:
-        from backends.runtime.diffvae_mlp import residual_mlp
-
-        # LTX-2's compiled forward_attn_mlp calls it; the op inside is ltx-tui's, not compiled again
-        _compile_marked("chunked.block", "residual_modulating_mlp", lambda x, mlp, *args: mlp,
-                        {"ltx-tui": residual_mlp}, compile_bodies=False)
-        for block in decoder.diff_blocks:
-            if hasattr(block, "forward_attn_mlp"):
-                block.mlp.ltx_tui_compiled = "ltx-tui"
 
 
 # Dynamo settings for every compiled region of a laid-out decoder: Dynamo counts recompiles per
