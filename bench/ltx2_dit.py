@@ -26,6 +26,8 @@ Variants (`--variants`, comma-separated; default: the first six):
   compile                ltx-tui, compile.enabled = true
   fp8-scaled-mm          ltx-tui, transformer.quantization = "fp8-scaled-mm"
   fp8-scaled-mm+compile  both
+  fp8-scaled-mm:promoted, fp8-scaled-mm+compile:promoted
+                         the same, the fp8 GEMMs without fast accumulation (an ablation)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -76,8 +78,12 @@ VARIANTS: dict[str, tuple[str, object]] = {
     "default": ("ltx-tui default profile", {}),
     "compile": ("ltx-tui compile", {"compile.enabled": True}),
     "fp8-scaled-mm": ("ltx-tui fp8-scaled-mm", {"transformer.quantization": "fp8-scaled-mm"}),
+    "fp8-scaled-mm:promoted": ("ltx-tui fp8-scaled-mm, fp32-promoted accumulation",
+                               {"transformer.quantization": "fp8-scaled-mm"}),
     "fp8-scaled-mm+compile": ("ltx-tui fp8-scaled-mm + compile",
                               {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
+    "fp8-scaled-mm+compile:promoted": ("ltx-tui fp8-scaled-mm + compile, fp32-promoted accumulation",
+                                       {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -180,6 +186,10 @@ def apply_variant(model, key: str, device):
             profile = profile_file.load(key[len(PROFILE_PREFIX):])
         else:
             profile = Profile().replace(**VARIANTS[key][1])
+        if key.endswith(":promoted"):
+            from backends.runtime.quant import FP8ScaledMMLinear
+
+            FP8ScaledMMLinear.fast_accum = False
         report = apply_profile(model, profile, device=device)
         shown = ("transformer.attention", "transformer.quantization", "compile.enabled", "compile.mode",
                  "offload.mode")

@@ -9,7 +9,9 @@ and is listed with the reason.
 
 - `fp8-cast`: float8_e4m3fn weights with a per-output-channel scale, upcast in forward (any device).
 - `fp8-scaled-mm`: float8 weights and row-wise dynamic activation scales through
-  `torch._scaled_mm` (SM >= 8.9); `scales="tensor"` uses one scale per tensor instead.
+  `torch._scaled_mm` (SM >= 8.9) with fast accumulation (Hopper's fp8 tensor cores skip the
+  periodic promotion of partial sums to fp32: 1.21x at 24576x4096x16384 on the H200, the same
+  error, bench/RESULTS.md "bench/kernels.py"); `scales="tensor"` uses one scale per tensor instead.
 - `int8-w8a8`: int8 weights (per-channel scales) and dynamic per-row int8 activations, on
   ltx-tui's Triton int8 GEMM (plain torch on the CPU).
 NVFP4 is LTX-2's loader's (its `--quantization nvfp4-*` policies act while the model is built),
@@ -76,6 +78,7 @@ class FP8CastLinear(_QuantLinear):
 
 class FP8ScaledMMLinear(_QuantLinear):
     method = "fp8-scaled-mm"
+    fast_accum = True  # bench/ltx2_dit.py's ablation turns it off
 
     def __init__(self, linear: nn.Linear, scales: str = "row") -> None:
         super().__init__(linear)
@@ -101,7 +104,8 @@ class FP8ScaledMMLinear(_QuantLinear):
             xq = (x2.float() / sa).to(torch.float8_e4m3fn)
             sb = self.weight_scale.reshape(())
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=x.dtype)
+        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=x.dtype,
+                             use_fast_accum=self.fast_accum)
         return y.reshape(*lead, self.out_features)
 
 

@@ -1,0 +1,124 @@
+"""The hot ops of LTX-2's DiT and DiffVAE decoder at their real shapes, on one CUDA device, one run.
+
+Part 1, the fp8 GEMMs of an LTX-2 block (6144 and 24576 video tokens; 4096 -> 4096, 4096 -> 16384,
+16384 -> 4096): bf16 `F.linear` against `torch._scaled_mm` with row-wise scales, with and without
+`use_fast_accum` (Hopper's fp8 tensor cores then skip the periodic promotion of partial sums to
+fp32), activation quantization included. rel L2 against an fp32 product of the bf16 operands.
+
+Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
+at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
+(its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
+`kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
+
+    python bench/kernels.py [--parts gemm,mlp] [--mlp-configs m128h64w8s3,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kernels.int8_gemm import quantize_rows  # noqa: E402
+
+GEMMS = [(6144, 4096, 4096), (6144, 4096, 16384), (6144, 16384, 4096), (24576, 4096, 16384)]
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def gemms() -> None:
+    print(f"{'M x K x N':<20} {'linear':<30} {'ms':>8} {'TFLOP/s':>8} {'vs bf16':>8} {'rel L2':>9}")
+    for m, k, n in GEMMS:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+        ref = x.float() @ w.float().t()
+        wf = w.float()
+        ws = wf.abs().amax(1).clamp(min=1e-12) / 448.0
+        w8 = (wf / ws[:, None]).to(torch.float8_e4m3fn)
+        tf = 2 * m * k * n / 1e9
+
+        def fp8(fast: bool):
+            xq, xs = quantize_rows(x, torch.float8_e4m3fn)
+            return torch._scaled_mm(xq, w8.t(), scale_a=xs[:, None], scale_b=ws[None, :], out_dtype=torch.bfloat16,
+                                    use_fast_accum=fast)
+
+        rows = [("bf16 F.linear", lambda: F.linear(x, w)), ("fp8 row scales", lambda: fp8(False)),
+                ("fp8 row scales, fast accum", lambda: fp8(True))]
+        base = None
+        for name, fn in rows:
+            t = bench(fn)
+            base = base or t
+            print(f"{f'{m}x{k}x{n}':<20} {name:<30} {t:8.3f} {tf / t:8.0f} {base / t:7.2f}x {rel_l2(fn(), ref):9.2e}")
+
+
+def mlps(configs: list[str]) -> None:
+    from backends.runtime import ltx2
+
+    ltx2.import_ltx_core()
+    from ltx_core.model.video_vae.transformer.chunked.mlp import _chunked_residual_modulated_impl
+    from ltx_core.model.video_vae.transformer.swiglu import SwiGLUTileSpec, token_intervals
+
+    from kernels.swiglu_residual import CONFIGS, swiglu_residual_
+
+    c, hidden, n = 128, 512, 121 * 128 * 192
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape, std=1.0):
+        return (torch.randn(*shape, device="cuda", generator=g) * std).to(torch.bfloat16)
+
+    x0 = rnd(1, n, c)
+    nw, sc, sh = 1 + rnd(c, std=0.1), rnd(1, 1, c, std=0.1), rnd(1, 1, c, std=0.1)
+    wg, wu, wd = rnd(hidden, c, std=c**-0.5), rnd(hidden, c, std=c**-0.5), rnd(c, hidden, std=hidden**-0.5)
+    flop = 6 * n * c * hidden / 1e9
+
+    def ltx2_op(tile):
+        def run(x):
+            _chunked_residual_modulated_impl(x, nw, sc, sh, wg, wu, wd, token_intervals(n, SwiGLUTileSpec(
+                tile_size=tile)), use_triton=True)
+        return run
+
+    rows = [("LTX-2, 16384-token tiles", ltx2_op(16384)), ("LTX-2, 262144-token tiles", ltx2_op(262144))]
+    rows += [(f"ltx-tui {cfg}", lambda x, cfg=cfg: swiglu_residual_(x, nw, sc, sh, wg, wu, wd, config=cfg))
+             for cfg in configs if cfg in CONFIGS]
+    print(f"{'stage-5 MLP, tokens':<24} {'op':<28} {'ms':>8} {'TFLOP/s':>8} {'vs LTX-2':>8} {'max diff':>9}")
+    ref = x0.clone()
+    rows[0][1](ref)
+    base = None
+    for name, fn in rows:
+        x = x0.clone()
+        fn(x)  # compiles, and the result to compare
+        diff = (x.float() - ref.float()).abs().max().item()
+        t = bench(lambda: fn(x))  # in place: x drifts, the work per call does not
+        base = base or t
+        print(f"{n:<24} {name:<28} {t:8.3f} {flop / t:8.0f} {base / t:7.2f}x {diff:9.2e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="gemm,mlp")
+    ap.add_argument("--mlp-configs", default="")
+    args = ap.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    parts = args.parts.split(",")
+    if "gemm" in parts:
+        gemms()
+    if "mlp" in parts:
+        from kernels.swiglu_residual import CONFIGS
+
+        mlps(args.mlp_configs.split(",") if args.mlp_configs else list(CONFIGS))
+
+
+if __name__ == "__main__":
+    main()
