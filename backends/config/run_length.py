@@ -22,16 +22,16 @@ UNIT = {"diffvae.mode": "decode", "compile.enabled": "DiT forward"}  # what one 
 # one DiT forward a step (no guidance).
 DISTILLED_FORWARDS = 8 + 3
 # Without a measurement: neither compiles. On a fresh H200 (bench/RESULTS.md, "ltx-tui --tune — H200,
-# 2026-12-01, third round") a compiled decoder's first decode takes 18.6 s (2.5 s from a warm compile
-# cache) to save about 0.6 s a decode (1.13 -> 0.53 s), and compiling the DiT's blocks 8.1 s (1.8 s warm) to save
+# 2026-12-01, fourth round") a compiled decoder's first decode takes 21.0 s (2.8 s from a warm compile
+# cache) to save about 0.55 s a decode (1.00 -> 0.45 s), and compiling the DiT's blocks 10.5 s (2.0 s warm) to save
 # about 0.09 s a forward at 6144 tokens (0.05 s at 1536; "bench/ltx2_dit.py"): neither pays off within one distilled
 # generation (1 decode, 11 forwards), and a process that runs many generations is what --tune
 # --runs N measures for.
 PRIOR = {"diffvae.mode": "chunked_eager", "compile.enabled": "false"}
 PRIOR_WHY = {
-    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (19 s on the H200, 2.5 s "
-                    "cached) to save 0.6 s a decode; --tune measures it",
-    "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 8.1 s on the H200 (1.8 s cached) "
+    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (21 s on the H200, 2.8 s "
+                    "cached) to save 0.55 s a decode; --tune measures it",
+    "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 10.5 s on the H200 (2.0 s cached) "
                        "to save 0.09 s a forward; --tune measures it",
 }
 
