@@ -226,9 +226,10 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
 
         ref_na = "reference" if step.args.get("backend") == "eager_sdpa" else "eager_sdpa"
         if kind == "diffvae_layout" and probe_model.real and args["mode"].startswith("chunked"):
-            from backends.runtime.ltx2 import apply_decoder_layout
+            from backends.runtime.ltx2 import ChunkedCompile, apply_decoder_layout
 
-            apply_decoder_layout(reference, "chunked_eager")  # the same layout, eager (combined: as built)
+            # the same layout, eager, with LTX-2's own MLP (combined: as built)
+            apply_decoder_layout(reference, "chunked_eager", ChunkedCompile(fused_mlp=False))
         for m in reference.modules():
             if hasattr(m, "kernel_size") and hasattr(m, "attention_function"):
                 m.attention_function = NAFunction(ref_na)

@@ -45,7 +45,8 @@ ABLATION = {
     "chunked_compile: + det stages": ltx2.ChunkedCompile(inject=False, static_shapes=False),
     "chunked_compile: + det, static": ltx2.ChunkedCompile(inject=False),
     "chunked_compile: LTX-2's slab body": ltx2.ChunkedCompile(fused_qk=False),
-    "chunked_compile: LTX-2's MLP tile": ltx2.ChunkedCompile(mlp_tile=None),
+    "chunked_compile: LTX-2's MLP tile": ltx2.ChunkedCompile(mlp_tile=None, fused_mlp=False),
+    "chunked_compile: LTX-2's stage-5 MLP": ltx2.ChunkedCompile(fused_mlp=False),
 }
 
 

@@ -234,8 +234,10 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     assert "recompile_limit" not in caplog.text
     theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
     counters.clear()
+    ran = len(mlps)
     want = decode(theirs, latent)
     assert counters["stats"]["unique_graphs"] == 0, "LTX-2's own chunked_eager decoder was compiled"
+    assert len(mlps) == ran, "LTX-2's own chunked_eager decoder ran ltx-tui's MLP"
     assert (got - want).abs().max() < 1e-4 and frames
 
 

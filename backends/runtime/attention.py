@@ -36,7 +36,7 @@ BACKENDS = ("auto", *RUNTIME_BACKENDS, "reference")
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-INFERENCE_ONLY = ("ltx-tui's NA backends run inference only: run the forward under torch.inference_mode() "
+INFERENCE_ONLY = ("ltx-tui's kernels run inference only: run the forward under torch.inference_mode() "
                   "or torch.no_grad()")
 
 

@@ -6,13 +6,14 @@ whose token tiles run eager norm, modulation, GEMMs and element-wise passes. `re
 the same arguments and runs `kernels.swiglu_residual` (as the custom op `ltx_tui::swiglu_residual`,
 which torch.compile keeps whole inside LTX-2's compiled block): one read and one write of x, no
 workspace (the tile is not needed). The runtime puts it in place of LTX-2's function for the
-blocks it lays out (`runtime.ltx2`).
+blocks it lays out whose widths the kernel takes (`runtime.ltx2`). Inference only, as the NA.
 """
 
 from __future__ import annotations
 
 import torch
 
+from backends.runtime.attention import INFERENCE_ONLY
 from kernels.swiglu_residual import EPS, swiglu_residual_
 
 
@@ -32,6 +33,8 @@ def residual_mlp(x: torch.Tensor, mlp, norm, scale: torch.Tensor, shift: torch.T
     del tile  # no workspace to bound
     if x.numel() == 0:
         return x
+    if torch.is_grad_enabled() and (x.requires_grad or mlp.w_gate.weight.requires_grad):
+        raise RuntimeError(f"ltx-tui's fused DiffVAE MLP: {INFERENCE_ONLY}")
     x = x if x.is_contiguous() else x.contiguous()
     run = _swiglu_residual_op if torch.compiler.is_compiling() else swiglu_residual_  # eager: no op dispatch
     run(x, norm.weight, scale, shift, mlp.w_gate.weight, mlp.w_up.weight, mlp.w_down.weight, EPS)

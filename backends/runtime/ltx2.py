@@ -76,14 +76,15 @@ class ChunkedCompile:
     into the stage-5 buffer stays eager).
     static_shapes: no `mark_dynamic` on T/H/W: a decode has one shape, and static kernels are
     faster; another shape recompiles.
-    mlp_tile: tokens per tile of LTX-2's tiled SwiGLU (None: LTX-2's 16384, whose loop is bound by
-    kernel launches on an H200); its workspace is tile x 4 x channels (256 MiB at 262144 x 128).
+    mlp_tile: tokens per tile of LTX-2's tiled SwiGLU where it still runs (the det stages, and
+    stage 5 without fused_mlp; None: LTX-2's 16384, whose loop was bound by kernel launches on an
+    H200 at stage 5); its workspace is tile x 4 x channels (512 MiB at 262144 x 256, stage 4).
     fused_qk: the slab body is ltx-tui's (`runtime.diffvae_slab`: one QKV projection, q/k norm +
     RoPE in one kernel) rather than LTX-2's, compiled.
     fused_mlp: the stage-5 blocks' modulated SwiGLU + residual is ltx-tui's one kernel
     (`runtime.diffvae_mlp`) rather than LTX-2's tiled op, in both chunked layouts (chunked_eager
-    too: it is a kernel, not a compile); it needs no workspace (mlp_tile then only sizes the det
-    stages' tiles).
+    too: it is a kernel, not a compile), for blocks whose width the kernel takes
+    (`kernels.swiglu_residual.supports`); it needs no workspace.
     """
 
     slabs: bool = True
@@ -118,12 +119,13 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
     _settle_dynamo(decoder)
     if mode in ("chunked_eager", "chunked_compile") and chunked.fused_mlp:
         from backends.runtime.diffvae_mlp import residual_mlp
+        from kernels.swiglu_residual import supports
 
-        # LTX-2's compiled forward_attn_mlp calls it; the op inside is ltx-tui's, not compiled again
+        # forward_attn_mlp calls it (compiled by LTX-2 in chunked_compile): ltx-tui's op, not compiled again
         _compile_marked("chunked.block", "residual_modulating_mlp", lambda x, mlp, *args: mlp,
                         {"ltx-tui": residual_mlp}, compile_bodies=False)
         for block in decoder.diff_blocks:
-            if hasattr(block, "forward_attn_mlp"):
+            if hasattr(block, "forward_attn_mlp") and supports(block.mlp.w_gate.in_features):
                 block.mlp.ltx_tui_compiled = "ltx-tui"
     if mode != "chunked_compile":
         return

@@ -10,7 +10,7 @@ and is listed with the reason.
 - `fp8-cast`: float8_e4m3fn weights with a per-output-channel scale, upcast in forward (any device).
 - `fp8-scaled-mm`: float8 weights and row-wise dynamic activation scales through
   `torch._scaled_mm` (SM >= 8.9) with fast accumulation (Hopper's fp8 tensor cores skip the
-  periodic promotion of partial sums to fp32: 1.21x at 24576x4096x16384 on the H200, the same
+  periodic promotion of partial sums to fp32: 1.23x at 24576x4096x16384 on the H200, the same
   error, bench/RESULTS.md "bench/kernels.py"); `scales="tensor"` uses one scale per tensor instead.
 - `int8-w8a8`: int8 weights (per-channel scales) and dynamic per-row int8 activations, on
   ltx-tui's Triton int8 GEMM (plain torch on the CPU).
