@@ -70,7 +70,7 @@ def mlps(configs: list[str]) -> None:
     from ltx_core.model.video_vae.transformer.chunked.mlp import _chunked_residual_modulated_impl
     from ltx_core.model.video_vae.transformer.swiglu import SwiGLUTileSpec, token_intervals
 
-    from kernels.swiglu_residual import CONFIGS, swiglu_residual_
+    from kernels.swiglu_residual import swiglu_residual_
 
     c, hidden, n = 128, 512, 121 * 128 * 192
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -91,7 +91,7 @@ def mlps(configs: list[str]) -> None:
 
     rows = [("LTX-2, 16384-token tiles", ltx2_op(16384)), ("LTX-2, 262144-token tiles", ltx2_op(262144))]
     rows += [(f"ltx-tui {cfg}", lambda x, cfg=cfg: swiglu_residual_(x, nw, sc, sh, wg, wu, wd, config=cfg))
-             for cfg in configs if cfg in CONFIGS]
+             for cfg in configs]  # an unknown config fails with the list of known ones
     print(f"{'stage-5 MLP, tokens':<24} {'op':<28} {'ms':>8} {'TFLOP/s':>8} {'vs LTX-2':>8} {'max diff':>9}")
     ref = x0.clone()
     rows[0][1](ref)

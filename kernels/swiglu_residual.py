@@ -13,8 +13,8 @@ and the down product accumulated in fp32), and adds the result into its own rows
 workspace, x read twice (the second time from cache) and written once. `y` is rounded where LTX-2
 rounds it (after the norm, after the scale, after the shift) in x's dtype, `1 + scale` in scale's;
 the hidden activations stay fp32 until the down product's operand (fp32 inputs: full-precision
-products, not tf32). Channels: a power of two from 16 to 128 (at 256 the staged weight tiles no
-longer fit an H200's shared memory); `supports(channels)` says so.
+products, not tf32). Channels: a power of two from 16 to 128 (at 256 the staged weight tiles would
+not fit an H200's shared memory: ~96 KB a stage, counted, not run); `supports(channels)` says so.
 
 `swiglu_residual_triton` always launches the kernel (a CUDA device or Triton's interpreter);
 `swiglu_residual_torch` is the same computation in plain torch, 16384 tokens at a time (LTX-2's

@@ -4,7 +4,7 @@ LTX-2's chunked block ends with `residual_modulating_mlp(x, mlp, norm, scale, sh
 `x += swiglu(modulate(rms_norm(x)))` as the opaque op `ltx_core::swiglu_tiled_residual_modulated`,
 whose token tiles run eager norm, modulation, GEMMs and element-wise passes. `residual_mlp` takes
 the same arguments and runs `kernels.swiglu_residual` (as the custom op `ltx_tui::swiglu_residual`,
-which torch.compile keeps whole inside LTX-2's compiled block): one read and one write of x, no
+which torch.compile keeps whole inside LTX-2's compiled block): one pass over x, no
 workspace (the tile is not needed). The runtime puts it in place of LTX-2's function for the
 blocks it lays out whose widths the kernel takes (`runtime.ltx2`). Inference only, as the NA.
 """
