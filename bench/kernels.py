@@ -5,12 +5,18 @@ Part 1, the fp8 GEMMs of an LTX-2 block (6144 and 24576 video tokens; 4096 -> 40
 `use_fast_accum` (Hopper's fp8 tensor cores then skip the periodic promotion of partial sums to
 fp32), activation quantization included. rel L2 against an fp32 product of the bf16 operands.
 
+Part 3 (`attention`), the DiT's head_dim-128 attentions (32 heads; video self at 1536, 6144 and
+24576 tokens, the video-text cross at 6144 x 1024): SDPA's bf16 cuDNN backend against cuDNN's fp8
+SDPA (`backends.runtime.cudnn_fp8_attention`), the kernel alone and with its per-tensor quantization
+and the output's dequantization; rel L2 against fp32 attention on four heads, for scores of std 1
+and 4.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention] [--mlp-configs m128h64w8s3,...]
 """
 
 from __future__ import annotations
@@ -105,6 +111,52 @@ def mlps(configs: list[str]) -> None:
         print(f"{n:<24} {name:<28} {t:8.3f} {flop / t:8.0f} {base / t:7.2f}x {diff:9.2e}")
 
 
+ATTENTIONS = [("video self 1536", 1536, 1536), ("video self 6144", 6144, 6144),
+              ("text cross 6144x1024", 6144, 1024), ("video self 24576", 24576, 24576)]
+
+
+def attentions() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from backends.runtime import cudnn_fp8_attention as fp8
+
+    why = fp8.unavailable_reason()
+    if why:
+        print(f"attention part skipped: {why}")
+        return
+    print(f"cuDNN {fp8._cudnn().backend_version()}")
+    print(f"{'shape':<22} {'backend':<30} {'ms':>8} {'TFLOP/s':>8} {'vs bf16':>8} {'rel L2 s=1':>10} {'rel L2 s=4':>10}")
+    h, d = 32, 128
+
+    def cudnn_bf16(q, k, v):
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                  v.transpose(1, 2)).transpose(1, 2)
+
+    def kernel_only(q, k, v):
+        (q8, sq), (k8, sk), (v8, sv) = fp8._quantize(q), fp8._quantize(k), fp8._quantize(v)
+        return lambda: fp8.sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, d**-0.5)[0]
+
+    for label, sq_len, skv in ATTENTIONS:
+        errors: dict[str, list[float]] = {}
+        for std in (1.0, 4.0):
+            q = torch.randn(1, sq_len, h, d, device="cuda", dtype=torch.bfloat16) * std
+            k = torch.randn(1, skv, h, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(1, skv, h, d, device="cuda", dtype=torch.bfloat16)
+            ref = F.scaled_dot_product_attention(*(t[:, :, :4].transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+            for name, fn in (("sdpa cuDNN bf16", cudnn_bf16), ("cuDNN fp8, quantize included", fp8.sdpa_fp8)):
+                errors.setdefault(name, []).append(rel_l2(fn(q, k, v)[:, :, :4], ref))
+        flop = 4 * sq_len * skv * d * h / 1e9
+        rows = [("sdpa cuDNN bf16", lambda: cudnn_bf16(q, k, v)), ("cuDNN fp8 kernel", kernel_only(q, k, v)),
+                ("cuDNN fp8, quantize included", lambda: fp8.sdpa_fp8(q, k, v))]
+        base = None
+        for name, fn in rows:
+            t = bench(fn)
+            base = base or t
+            e = errors.get(name, [float("nan")] * 2)
+            print(f"{label:<22} {name:<30} {t:8.3f} {flop / t:8.0f} {base / t:7.2f}x {e[0]:10.2e} {e[1]:10.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
@@ -118,6 +170,8 @@ def main() -> None:
         from kernels.swiglu_residual import CONFIGS
 
         mlps(args.mlp_configs.split(",") if args.mlp_configs else list(CONFIGS))
+    if "attention" in parts:
+        attentions()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ Variants (`--variants`, comma-separated; default: the first six):
   fp8-scaled-mm+compile  both
   fp8-scaled-mm:promoted, fp8-scaled-mm+compile:promoted
                          the same, the fp8 GEMMs without fast accumulation (an ablation)
+  fp8-attn+fp8-scaled-mm, fp8-attn+fp8-scaled-mm+compile
+                         the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -84,6 +86,11 @@ VARIANTS: dict[str, tuple[str, object]] = {
                               {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
     "fp8-scaled-mm+compile:promoted": ("ltx-tui fp8-scaled-mm + compile, fp32-promoted accumulation",
                                        {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
+    "fp8-attn+fp8-scaled-mm": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm",
+                               {"transformer.attention": "sdpa_cudnn_fp8", "transformer.quantization": "fp8-scaled-mm"}),
+    "fp8-attn+fp8-scaled-mm+compile": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile",
+                                       {"transformer.attention": "sdpa_cudnn_fp8",
+                                        "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -336,7 +343,7 @@ GEMM_OPS = {"aten::mm", "aten::addmm", "aten::_scaled_mm", "aten::linear", "aten
 GEMM_KERNEL = re.compile(r"gemm|nvjet|xmma|s16816|s1688|cublas|splitkreduce|_scaled_mm|triton_tem_fused_\w*mm|"
                          r"int8_gemm|_int8_mm|matmul")
 ATTN_KERNEL = re.compile(r"flash|fmha|sdpa|attention|attn_fwd")
-ATTN_OP = re.compile(r"scaled_dot_product|flash_attn|flash_attention|efficient_attention|cudnn_attention|fmha")
+ATTN_OP = re.compile(r"scaled_dot_product|flash_attn|flash_attention|efficient_attention|cudnn_attention|fmha|sdpa_fp8")
 NORM_WORDS = ("rms_norm", "layer_norm", "rsqrt", "var_mean", "_mean_", "mean_")
 COPY_OPS = {"aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack",
             "aten::fill_", "aten::zero_", "aten::zeros", "aten::empty_like", "aten::index", "aten::expand",
@@ -471,7 +478,7 @@ def _attention_kind(ops, dims: dict) -> str:
         if len(shapes) < 2:
             continue
         q, k = shapes[0], shapes[1]
-        seq = 1 if "flash_attn" in op.name else 2  # FlashAttention's (B, N, H, D) vs SDPA's (B, H, N, D)
+        seq = 1 if ("flash_attn" in op.name or "sdpa_fp8" in op.name) else 2  # (B, N, H, D) vs SDPA's (B, H, N, D)
         nq, nk = q[seq], k[seq]
         heads, dim = (q[2], q[3]) if seq == 1 else (q[1], q[3])
         kinds = {(dims["nv"], dims["nv"]): "video self", (dims["nv"], dims["nt"]): "video text cross",
@@ -496,6 +503,9 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     fused = re.match(r"triton_(poi|red|per)_", low) is not None
     if name.startswith("views and allocations"):
         return "other", name
+    if "_scale_cast" in low or (any("sdpa_fp8" in n for n in op_names)
+                                and any("vector_norm" in n for n in op_names)):
+        return "quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization"
     if not fused and (ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names)):
         return "attention", _attention_kind(ops, dims)
     gemm = None if fused else next((o for o in ops if o.name in GEMM_OPS), None)

@@ -386,6 +386,12 @@ def test_flash_attention_without_its_package_says_so():
     assert not DenseFunction("sdpa_flash").masks and DenseFunction("pytorch").masks
 
 
+def test_fp8_attention_without_the_cudnn_frontend_says_so():
+    with pytest.raises(AttentionUnavailable, match=r"sdpa_cudnn_fp8: the cuDNN frontend \(pip install "
+                                                   "nvidia-cudnn-frontend\) is not importable"):
+        DenseFunction("sdpa_cudnn_fp8")
+
+
 def test_explicit_plan_is_what_apply_profile_runs(tmp_path, cpu_cap):
     plan = resolve(write(tmp_path, '[diffvae]\nna_backend = "eager_sdpa"\n'), cpu_cap)
     model, x = model_and_input()

@@ -62,6 +62,7 @@ class Attention(_Choice):
     FA3 = "flash_attention_3"
     FA4 = "flash_attention_4"
     SDPA_CUDNN = "sdpa_cudnn"
+    SDPA_CUDNN_FP8 = "sdpa_cudnn_fp8"
     SDPA_FLASH = "sdpa_flash"
     SDPA_EFFICIENT = "sdpa_efficient"
     SDPA_MATH = "sdpa_math"
@@ -408,7 +409,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _choice("diffvae.natten_kernel", NattenKernel, "Which NATTEN kernel, when the NA backend is natten.",
             rules=("natten.usable", "natten.flex-slow"), runtime=_NA + " (natten:KERNEL)"),
     _choice("transformer.attention", Attention, "Dense attention kernel of the DiT transformer.",
-            rules=("attention.fa3", "attention.fa4", "attention.sdpa_cudnn", "attention.sdpa_flash",
+            rules=("attention.fa3", "attention.fa4", "attention.sdpa_cudnn", "attention.cudnn_fp8", "attention.sdpa_flash",
                    "attention.sdpa_efficient", "attention.mps"),
             runtime="installs a DenseFunction on every module with attention_function and heads"),
     _choice("transformer.quantization", Quantization,

@@ -480,6 +480,13 @@ _RULES: tuple[Rule, ...] = (
             else f"SDPA {n} backend needs a CUDA device: {f.no_cuda_reason}")(n),
            "choose transformer.attention = \"automatic\" to take the best SDPA backend that works")
       for n in ("cudnn", "flash", "efficient")),
+    Rule("attention.cudnn_fp8",
+         lambda f: f.cuda and f.sm == (9, 0) and f.has("cudnn_frontend")
+         and f.cap.sdpa.get("cudnn", Availability(False)).available,
+         lambda f: f"sdpa_cudnn_fp8 needs SM 9.0 (cuDNN's Hopper fp8 attention; here: {f.sm_text}), the cuDNN "
+         f"frontend ({'present' if f.has('cudnn_frontend') else f.why_not('cudnn_frontend')}) and SDPA's cuDNN "
+         "backend for the calls it leaves in bf16",
+         "on an H100/H200, pip install nvidia-cudnn-frontend; else transformer.attention = \"sdpa_cudnn\""),
     Rule("attention.mps", lambda f: f.cap.platform == "darwin",
          lambda f: f"mps_sdpa runs on macOS only (here: {f.cap.platform})",
          "use \"automatic\" or \"pytorch\" off macOS"),

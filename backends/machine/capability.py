@@ -179,6 +179,7 @@ PACKAGE_MODULES: tuple[tuple[str, str, str], ...] = (
     ("triton", "triton", "triton"),
     ("flash_attn_3", "flash_attn_interface", "flash-attn-3"),
     ("flash_attn_4", "flash_attn.cute", "flash-attn"),
+    ("cudnn_frontend", "cudnn", "nvidia-cudnn-frontend"),
     ("ltx_kernels", "ltx_kernels", "ltx-kernels"),
     ("cutlass_dsl", "cutlass.cute", "nvidia-cutlass-dsl"),
     ("turbo_diffusion_ops", "turbo_diffusion_ops", "turbodiffusion"),

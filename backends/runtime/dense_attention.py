@@ -6,6 +6,10 @@
 of 2 dims gets a batch dim, of 3 dims a heads dim (additive float or boolean, as SDPA takes it).
 FlashAttention 3/4 have no mask kernel and SDPA's flash backend rejects masks: for those the
 runtime leaves the masked slot as it was (`masks` is False) and says so in its report.
+`sdpa_cudnn_fp8` runs cuDNN's fp8 attention (`backends.runtime.cudnn_fp8_attention`) on calls
+without a mask whose q and kv both have at least `FP8_MIN_TOKENS` tokens (the DiT's video self-
+and video-text attentions), and SDPA's bf16 cuDNN backend on the rest (the 126 audio tokens'
+attentions, masked calls): there, quantizing would cost more than the fp8 kernel saves.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION
 FLASH_MODULES = {"flash_attention_3": ("flash_attn_interface", "FlashAttention 3"),
                  "flash_attention_4": ("flash_attn.cute", "FlashAttention 4")}
 ANY_SDPA = ("pytorch", "automatic", "mps_sdpa")
-NAMES = (*SDPA_BACKENDS, *FLASH_MODULES, *ANY_SDPA)
+FP8 = "sdpa_cudnn_fp8"
+NAMES = (*SDPA_BACKENDS, FP8, *FLASH_MODULES, *ANY_SDPA)
+FP8_MIN_TOKENS = 1024
 
 
 class AttentionUnavailable(RuntimeError):
@@ -35,7 +41,14 @@ class DenseFunction:
             raise ValueError(f"unknown attention {name!r}; expected one of {', '.join(NAMES)}")
         self.name = name
         self.masks = name not in FLASH_MODULES and name != "sdpa_flash"
-        self._flash = None
+        self._flash = self._fp8 = None
+        if name == FP8:
+            from backends.runtime import cudnn_fp8_attention
+
+            why = cudnn_fp8_attention.unavailable_reason()
+            if why:
+                raise AttentionUnavailable(f"{name}: {why}")
+            self._fp8 = cudnn_fp8_attention.sdpa_fp8_op
         if name in FLASH_MODULES:
             module, label = FLASH_MODULES[name]
             mod, why = import_optional(module)
@@ -64,14 +77,16 @@ class DenseFunction:
             out = self._flash(q, k, v)
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
+        if self._fp8 is not None and mask is None and min(q.shape[1], k.shape[1]) >= FP8_MIN_TOKENS:
+            return self._fp8(q, k, v).reshape(b, -1, inner)
         if mask is not None:
             mask = mask[None] if mask.dim() == 2 else mask
             mask = mask[:, None] if mask.dim() == 3 else mask
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.name in SDPA_BACKENDS:
+        if self.name in SDPA_BACKENDS or self.name == FP8:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[self.name])]):
+            with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS.get(self.name, "CUDNN_ATTENTION"))]):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
