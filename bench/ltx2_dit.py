@@ -30,6 +30,8 @@ Variants (`--variants`, comma-separated; default: the first six):
                          the same, the fp8 GEMMs without fast accumulation (an ablation)
   fp8-attn+fp8-scaled-mm, fp8-attn+fp8-scaled-mm+compile
                          the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
+  fp8-attn+fp8-scaled-mm+graphs
+                         and compile.mode = "reduce-overhead" (Inductor's CUDA graphs, one per block)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -91,6 +93,10 @@ VARIANTS: dict[str, tuple[str, object]] = {
     "fp8-attn+fp8-scaled-mm+compile": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile",
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
+    "fp8-attn+fp8-scaled-mm+graphs": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile reduce-overhead",
+                                      {"transformer.attention": "sdpa_cudnn_fp8",
+                                       "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                                       "compile.mode": "reduce-overhead"}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),

@@ -27,6 +27,23 @@ def rel_l2(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+def test_fp8_attention_under_cuda_graphs():
+    """First in this file on purpose: a first call inside a compiled CUDA-graph step left cached scale
+    tensors in the graph's pool ("tensor(s) in the cudagraph pool not tracked as outputs")."""
+    fp8._GRAPHS.clear()
+    fn = DenseFunction("sdpa_cudnn_fp8")
+    g = torch.Generator("cuda").manual_seed(3)
+    q, k, v = (torch.randn(1, 1152, 2 * 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, k, v: fn(q, k, v, 2) * 2, mode="reduce-overhead")
+    with torch.inference_mode():
+        for _ in range(3):  # the first calls of this process: warm-up, then recording, then a replay
+            torch.compiler.cudagraph_mark_step_begin()
+            got = step(q, k, v).clone()
+        want = fn(q, k, v, 2) * 2
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("sq, skv, heads, d", [(1024, 1024, 4, 128), (2048, 1024, 2, 128), (1100, 1300, 2, 64)])
 def test_fp8_attention_matches_fp32(sq, skv, heads, d):
     g = torch.Generator("cuda").manual_seed(0)
@@ -63,3 +80,4 @@ def test_fp8_attention_compiles_as_one_op():
     compiled = torch.compile(lambda q, k, v: fn(q * 1.5, k, v, 2) + 1, fullgraph=True)
     with torch.inference_mode():
         torch.testing.assert_close(compiled(q, k, v), fn(q * 1.5, k, v, 2) + 1)
+

@@ -34,6 +34,7 @@ def _cudnn():
     return cudnn
 
 
+@functools.cache
 def unavailable_reason() -> str | None:
     """Why the cuDNN frontend cannot be used in this process (None: it can)."""
     try:
@@ -48,15 +49,20 @@ def unavailable_reason() -> str | None:
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can)."""
-    if not q.is_cuda:
-        return "fp8 SDPA needs CUDA tensors"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        return "cuDNN's fp8 SDPA with an fp8 output is its Hopper (SM 9.0) engine"
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"q, k, v must share bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})"
     d = q.shape[-1]
     if d % 16 or d > 128 or k.shape[-1] != d or v.shape[-1] != d:
         return f"head_dim must be a multiple of 16 up to 128 and the same for q, k, v (got {d})"
+    return _device_reason(q.device)
+
+
+@functools.cache
+def _device_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "fp8 SDPA needs CUDA tensors"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return "cuDNN's fp8 SDPA with an fp8 output is its Hopper (SM 9.0) engine"
     return unavailable_reason()
 
 
@@ -126,7 +132,9 @@ class _Graph:
         cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream(device).cuda_stream)
         out = torch.empty(self.out_shape, dtype=torch.float8_e4m3fn, device=device)
         amax = torch.empty(2, 1, 1, 1, dtype=torch.float32, device=device)
-        consts = _constants(device)
+        # made per call, not cached: a tensor first made while a CUDA graph records would stay in its pool
+        consts = (torch.full((1, 1, 1, 1), 1.0 / P_SCALE, dtype=torch.float32, device=device),
+                  torch.full((1, 1, 1, 1), P_SCALE, dtype=torch.float32, device=device))
         so = 1.0 / (O_HEADROOM * sv)
         dq, dk, dv, ds, ss, so_t = self.scalars
         workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
@@ -134,12 +142,6 @@ class _Graph:
                             ss: consts[1], so_t: so, self.o: out, self.amax_s: amax[0:1], self.amax_o: amax[1:2]},
                            workspace, handle=self.handle)
         return out, sv * O_HEADROOM
-
-
-@functools.cache
-def _constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.full((1, 1, 1, 1), 1.0 / P_SCALE, dtype=torch.float32, device=device),
-            torch.full((1, 1, 1, 1), P_SCALE, dtype=torch.float32, device=device))
 
 
 _GRAPHS: dict[tuple, _Graph] = {}
