@@ -386,10 +386,20 @@ def test_flash_attention_without_its_package_says_so():
     assert not DenseFunction("sdpa_flash").masks and DenseFunction("pytorch").masks
 
 
-def test_fp8_attention_without_the_cudnn_frontend_says_so():
-    with pytest.raises(AttentionUnavailable, match=r"sdpa_cudnn_fp8: the cuDNN frontend \(pip install "
-                                                   "nvidia-cudnn-frontend\) is not importable"):
-        DenseFunction("sdpa_cudnn_fp8")
+def test_fp8_attention_without_the_cudnn_frontend_says_so(monkeypatch):
+    from backends.runtime import cudnn_fp8_attention as fp8
+
+    def missing():
+        raise ImportError("No module named 'cudnn'")
+
+    monkeypatch.setattr(fp8, "_cudnn", missing)
+    fp8.unavailable_reason.cache_clear()
+    try:
+        with pytest.raises(AttentionUnavailable, match=r"sdpa_cudnn_fp8: the cuDNN frontend \(pip install "
+                                                       r"nvidia-cudnn-frontend\) is not importable"):
+            DenseFunction("sdpa_cudnn_fp8")
+    finally:
+        fp8.unavailable_reason.cache_clear()
 
 
 def test_explicit_plan_is_what_apply_profile_runs(tmp_path, cpu_cap):
@@ -398,3 +408,26 @@ def test_explicit_plan_is_what_apply_profile_runs(tmp_path, cpu_cap):
     report = apply_profile(model, plan)
     assert report.plan is plan
     assert plan.step("na_backend").args == {"backend": "eager_sdpa"}
+
+
+def test_fp8_attention_supports_says_what_is_wrong():
+    from backends.runtime.cudnn_fp8_attention import supports
+
+    t = lambda *shape, dtype=torch.bfloat16: torch.zeros(*shape, dtype=dtype)  # noqa: E731
+    assert "(B, S, heads, head_dim)" in supports(t(8, 2, 64), t(8, 2, 64), t(8, 2, 64))
+    assert "share a shape" in supports(t(1, 8, 2, 64), t(1, 8, 2, 64), t(1, 9, 2, 64))
+    assert "bf16/fp16" in supports(*(t(1, 8, 2, 64, dtype=torch.float32),) * 3)
+    assert "multiple of 16 up to 128" in supports(*(t(1, 8, 2, 72),) * 3)
+    assert supports(*(t(1, 8, 2, 64),) * 3) == "fp8 SDPA needs CUDA tensors"
+
+
+@pytest.mark.parametrize("divide", [True, False])
+def test_scale_cast_in_one_pass(divide):
+    from kernels.scale_cast import scale_cast
+
+    x = torch.randn(3, 5000)
+    s = torch.tensor([0.25])
+    got = scale_cast(x, s, torch.float16, divide)
+    torch.testing.assert_close(got, (x / 0.25 if divide else x * 0.25).half())
+    with pytest.raises(ValueError, match="one fp32 element"):
+        scale_cast(x, torch.ones(2), torch.float16, divide)

@@ -170,6 +170,19 @@ NATTEN_KERNELS: dict[NattenKernel, NattenKernelReq] = {
 NATTEN_AUTO_ORDER = (NattenKernel.BLACKWELL, NattenKernel.HOPPER, NattenKernel.CUTLASS, NattenKernel.FLEX)
 
 
+def _cudnn_fp8_missing(f: Facts) -> list[str]:
+    """What sdpa_cudnn_fp8 lacks here, in words (empty: nothing)."""
+    missing = []
+    if not (f.cuda and f.sm == (9, 0)):
+        missing.append(f"SM 9.0, its Hopper engine (here: {f.sm_text})")
+    if not f.has("cudnn_frontend"):
+        missing.append(f"the cuDNN frontend ({f.why_not('cudnn_frontend')})")
+    sdpa = f.cap.sdpa.get("cudnn", Availability(False, "not probed"))
+    if f.cuda and not sdpa.available:
+        missing.append(f"SDPA's cuDNN backend, for the calls it leaves in bf16 ({sdpa.reason})")
+    return missing
+
+
 def natten_kernel_check(kernel: NattenKernel, f: Facts) -> Availability:
     """Whether NATTEN kernel `kernel` runs `f.dtype`/`f.head_dim` here, and why not."""
     if not f.has("natten"):
@@ -480,12 +493,8 @@ _RULES: tuple[Rule, ...] = (
             else f"SDPA {n} backend needs a CUDA device: {f.no_cuda_reason}")(n),
            "choose transformer.attention = \"automatic\" to take the best SDPA backend that works")
       for n in ("cudnn", "flash", "efficient")),
-    Rule("attention.cudnn_fp8",
-         lambda f: f.cuda and f.sm == (9, 0) and f.has("cudnn_frontend")
-         and f.cap.sdpa.get("cudnn", Availability(False)).available,
-         lambda f: f"sdpa_cudnn_fp8 needs SM 9.0 (cuDNN's Hopper fp8 attention; here: {f.sm_text}), the cuDNN "
-         f"frontend ({'present' if f.has('cudnn_frontend') else f.why_not('cudnn_frontend')}) and SDPA's cuDNN "
-         "backend for the calls it leaves in bf16",
+    Rule("attention.cudnn_fp8", lambda f: not _cudnn_fp8_missing(f),
+         lambda f: "cuDNN's fp8 attention needs " + "; ".join(_cudnn_fp8_missing(f)),
          "on an H100/H200, pip install nvidia-cudnn-frontend; else transformer.attention = \"sdpa_cudnn\""),
     Rule("attention.mps", lambda f: f.cap.platform == "darwin",
          lambda f: f"mps_sdpa runs on macOS only (here: {f.cap.platform})",

@@ -2,25 +2,27 @@
 
 `sdpa_fp8(q, k, v, scale)` takes bf16/fp16 (B, S, heads, head_dim) tensors, quantizes q, k and v
 to float8_e4m3fn with one scale per tensor (amax / 448: a max reduction and a one-pass Triton
-cast each), runs cuDNN's fp8 flash attention
-(softmax probabilities requantized to e4m3 at x256 for the P @ V product, fp32 softmax) and
-returns the output in q's dtype and layout. On Hopper cuDNN writes O in e4m3 only: O is a convex
-combination of v's rows, so O's scale is v's scale x 2 (headroom for the rounding of P) and
-nothing saturates. Graphs are built once per (shape, strides, device) and cached. The whole call
-is one torch custom op (`ltx_tui::sdpa_fp8`), so torch.compile keeps a block that calls it in one
-graph.
+cast each, `kernels.scale_cast`), runs cuDNN's fp8 flash attention (softmax probabilities
+requantized to e4m3 at x256 for the P @ V product, fp32 softmax) and returns the output in q's
+dtype and layout. On Hopper cuDNN writes O in e4m3 only: O is a convex combination of v's rows,
+so O's scale is v's scale x 2 (headroom for the rounding of P) and nothing saturates. Graphs are
+built once per (shape, strides, device) and cached, with one cuDNN handle per device, made on that
+device (its stream set and the graph run under a lock). The whole call is one torch custom op
+(`ltx_tui::sdpa_fp8`), so torch.compile keeps a block that calls it in one graph (called eagerly
+it runs directly: the op's dispatch would cost more host time).
 
-`supports(q, k, v)` says why a call cannot run (None: it can): CUDA SM 9.0 (cuDNN's Hopper fp8
-engine), head_dim a multiple of 16 up to 128, `import cudnn`, cuDNN >= 9.1.
+`supports(q, k, v)` says why a call cannot run (None: it can): 4-dim q, k, v with the same batch
+and heads, k and v the same shape, bf16/fp16, head_dim a multiple of 16 up to 128, CUDA SM 9.0
+(cuDNN's Hopper fp8 engine), `import cudnn`, cuDNN >= 9.1.
 """
 
 from __future__ import annotations
 
 import functools
 
+import threading
+
 import torch
-import triton
-import triton.language as tl
 
 FP8_MAX = 448.0
 P_SCALE = 256.0  # softmax probabilities in [0, 1] -> [0, 256]: a power of two, inside e4m3's range
@@ -38,10 +40,9 @@ def _cudnn():
 def unavailable_reason() -> str | None:
     """Why the cuDNN frontend cannot be used in this process (None: it can)."""
     try:
-        cudnn = _cudnn()
-    except (ImportError, OSError) as exc:
+        version = _cudnn().backend_version()
+    except (ImportError, OSError, RuntimeError) as exc:
         return f"the cuDNN frontend (pip install nvidia-cudnn-frontend) is not importable: {exc}"
-    version = cudnn.backend_version()
     if version < 90100:
         return f"cuDNN {version} is older than 9.1 (its fp8 SDPA)"
     return None
@@ -49,6 +50,11 @@ def unavailable_reason() -> str | None:
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"q, k, v must be (B, S, heads, head_dim) (got {q.dim()}, {k.dim()}, {v.dim()} dims)"
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        return (f"k and v must share a shape and q their batch and heads (got {tuple(q.shape)}, "
+                f"{tuple(k.shape)}, {tuple(v.shape)})")
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"q, k, v must share bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})"
     d = q.shape[-1]
@@ -61,52 +67,48 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
 def _device_reason(device: torch.device) -> str | None:
     if device.type != "cuda":
         return "fp8 SDPA needs CUDA tensors"
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return "cuDNN's fp8 SDPA with an fp8 output is its Hopper (SM 9.0) engine"
+    sm = torch.cuda.get_device_capability(device)
+    if sm != (9, 0):
+        return f"cuDNN's fp8 SDPA runs on SM 9.0 (its Hopper engine), not SM {sm[0]}.{sm[1]}"
     return unavailable_reason()
-
-
-@triton.jit
-def _scale_cast(X, Y, S, N, DIVIDE: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < N
-    s = tl.load(S)
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    y = x / s if DIVIDE else x * s
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
-
-
-def _cast(x: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, divide: bool) -> torch.Tensor:
-    """x / s (divide) or x * s as `dtype`, s a one-element fp32 tensor; x contiguous."""
-    y = torch.empty(x.shape, dtype=dtype, device=x.device)
-    n, block = x.numel(), 4096
-    _scale_cast[(triton.cdiv(n, block),)](x, y, s, n, DIVIDE=divide, BLOCK=block, num_warps=8)
-    return y
 
 
 def _quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(t / s as e4m3, s as a (1, 1, 1, 1) fp32 tensor) with s = amax(|t|) / 448."""
-    t = t.contiguous()
+    from kernels.scale_cast import scale_cast
+
     s = (torch.linalg.vector_norm(t, float("inf")).float().clamp(min=1e-12) / FP8_MAX).reshape(1, 1, 1, 1)
-    return _cast(t, s, torch.float8_e4m3fn, True), s
+    return scale_cast(t, s, torch.float8_e4m3fn, True), s
+
+
+_HANDLES: dict[torch.device, object] = {}
+_LOCK = threading.Lock()  # a handle's stream is set, then the graph runs: one thread at a time
+
+
+def _handle(device: torch.device):
+    """The cuDNN handle for `device`, made with `device` current."""
+    h = _HANDLES.get(device)
+    if h is None:
+        with torch.cuda.device(device):
+            h = _HANDLES[device] = _cudnn().create_handle()
+    return h
 
 
 class _Graph:
     """One built cuDNN fp8 SDPA graph and its workspace."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> None:
         cudnn = _cudnn()
         e4m3, fp32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
-        self.handle = cudnn.create_handle()
         g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32, compute_data_type=fp32,
-                          handle=self.handle)
+                          handle=_handle(q.device))
 
         def bhsd(t: torch.Tensor, name: str):  # (B, S, H, D) memory seen as (B, H, S, D)
             b, s, h, d = t.shape
             return g.tensor(name=name, dim=[b, h, s, d], stride=[t.stride(0), t.stride(2), t.stride(1), t.stride(3)],
                             data_type=e4m3)
 
-        self.q, self.k, self.v = bhsd(q, "q"), bhsd(k, "k"), bhsd(k, "v")
+        self.q, self.k, self.v = bhsd(q, "q"), bhsd(k, "k"), bhsd(v, "v")
         one = dict(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=fp32)
         self.scalars = [g.tensor(name=n, **one) for n in ("dq", "dk", "dv", "ds", "ss", "so")]
         dq, dk, dv, ds, ss, so = self.scalars
@@ -128,40 +130,45 @@ class _Graph:
         self.workspace_size = g.get_workspace_size()
 
     def run(self, q8, k8, v8, sq, sk, sv, device) -> tuple[torch.Tensor, torch.Tensor]:
-        cudnn = _cudnn()
-        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream(device).cuda_stream)
+        handle = _handle(device)
         out = torch.empty(self.out_shape, dtype=torch.float8_e4m3fn, device=device)
-        amax = torch.empty(2, 1, 1, 1, dtype=torch.float32, device=device)
+        amax = torch.empty(2, 1, 1, 1, dtype=torch.float32, device=device)  # outputs cuDNN requires; unread
         # made per call, not cached: a tensor first made while a CUDA graph records would stay in its pool
         consts = (torch.full((1, 1, 1, 1), 1.0 / P_SCALE, dtype=torch.float32, device=device),
                   torch.full((1, 1, 1, 1), P_SCALE, dtype=torch.float32, device=device))
         so = 1.0 / (O_HEADROOM * sv)
         dq, dk, dv, ds, ss, so_t = self.scalars
         workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
-        self.graph.execute({self.q: q8, self.k: k8, self.v: v8, dq: sq, dk: sk, dv: sv, ds: consts[0],
-                            ss: consts[1], so_t: so, self.o: out, self.amax_s: amax[0:1], self.amax_o: amax[1:2]},
-                           workspace, handle=self.handle)
+        pack = {self.q: q8, self.k: k8, self.v: v8, dq: sq, dk: sk, dv: sv, ds: consts[0], ss: consts[1],
+                so_t: so, self.o: out, self.amax_s: amax[0:1], self.amax_o: amax[1:2]}
+        with _LOCK:
+            _cudnn().set_stream(handle=handle, stream=torch.cuda.current_stream(device).cuda_stream)
+            self.graph.execute(pack, workspace, handle=handle)
         return out, sv * O_HEADROOM
 
 
 _GRAPHS: dict[tuple, _Graph] = {}
 
 
-def _graph(q: torch.Tensor, k: torch.Tensor, scale: float) -> _Graph:
+def _graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> _Graph:
     key = (q.device, tuple(q.shape), q.stride(), tuple(k.shape), k.stride(), scale)
     g = _GRAPHS.get(key)
     if g is None:
-        g = _GRAPHS[key] = _Graph(q, k, scale)
+        g = _GRAPHS[key] = _Graph(q, k, v, scale)
     return g
 
 
 def sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cuDNN's fp8 SDPA on pre-quantized e4m3 (B, S, heads, head_dim) tensors with (1, 1, 1, 1) fp32
     descales; returns (O in e4m3, contiguous (B, S, heads, head_dim); O's descale)."""
+    if any(t.dtype != torch.float8_e4m3fn for t in (q8, k8, v8)):
+        raise ValueError(f"q, k, v must be float8_e4m3fn (got {q8.dtype}, {k8.dtype}, {v8.dtype})")
+    if any(s.shape != (1, 1, 1, 1) or s.dtype != torch.float32 for s in (sq, sk, sv)):
+        raise ValueError("the descales must be (1, 1, 1, 1) fp32 tensors")
     if k8.stride() != v8.stride() or k8.shape != v8.shape:
         raise ValueError(f"k and v must share shape and strides (got {tuple(k8.shape)} {k8.stride()} and "
                          f"{tuple(v8.shape)} {v8.stride()})")
-    return _graph(q8, k8, scale).run(q8, k8, v8, sq, sk, sv, q8.device)
+    return _graph(q8, k8, v8, scale).run(q8, k8, v8, sq, sk, sv, q8.device)
 
 
 def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -173,7 +180,9 @@ def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | N
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     (q8, sq), (k8, sk), (v8, sv) = _quantize(q), _quantize(k), _quantize(v)
     out, so = sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, scale)
-    return _cast(out, so, q.dtype, False)
+    from kernels.scale_cast import scale_cast
+
+    return scale_cast(out, so.reshape(1), q.dtype, False)
 
 
 @torch.library.custom_op("ltx_tui::sdpa_fp8", mutates_args=())

@@ -6,10 +6,11 @@
 of 2 dims gets a batch dim, of 3 dims a heads dim (additive float or boolean, as SDPA takes it).
 FlashAttention 3/4 have no mask kernel and SDPA's flash backend rejects masks: for those the
 runtime leaves the masked slot as it was (`masks` is False) and says so in its report.
-`sdpa_cudnn_fp8` runs cuDNN's fp8 attention (`backends.runtime.cudnn_fp8_attention`) on calls
-without a mask whose q and kv both have at least `FP8_MIN_TOKENS` tokens (the DiT's video self-
-and video-text attentions), and SDPA's bf16 cuDNN backend on the rest (the 126 audio tokens'
-attentions, masked calls): there, quantizing would cost more than the fp8 kernel saves.
+`sdpa_cudnn_fp8` runs cuDNN's fp8 attention (`backends.runtime.cudnn_fp8_attention`) on bf16/fp16
+calls without a mask whose q and kv both have at least `FP8_MIN_TOKENS` tokens and head_dim a
+multiple of 16 up to 128 (the DiT's video self-attention; its text cross-attention is masked),
+and SDPA's bf16 cuDNN backend on the rest (the 126 audio tokens' attentions, where quantizing
+would cost more than the fp8 kernel saves; masked calls).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class DenseFunction:
             out = self._flash(q, k, v)
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
-        if self._fp8 is not None and mask is None and min(q.shape[1], k.shape[1]) >= FP8_MIN_TOKENS:
+        if (self._fp8 is not None and mask is None and min(q.shape[1], k.shape[1]) >= FP8_MIN_TOKENS
+                and v.dtype in (torch.bfloat16, torch.float16) and d % 16 == 0 and d <= 128):
             return self._fp8(q, k, v).reshape(b, -1, inner)
         if mask is not None:
             mask = mask[None] if mask.dim() == 2 else mask
