@@ -12,7 +12,7 @@ fp8 = pytest.importorskip("backends.runtime.cudnn_fp8_attention")
 if fp8.unavailable_reason():
     pytest.skip(fp8.unavailable_reason(), allow_module_level=True)
 
-from backends.runtime.dense_attention import FP8_MIN_TOKENS, DenseFunction  # noqa: E402
+from backends.runtime.dense_attention import FP8_MIN_TOKENS, DenseFunction, takes_fp8  # noqa: E402
 
 BOUND = 0.1  # rel L2 against fp32 attention: e4m3 q, k, v, P and O (~6e-2 measured at scores of std 1)
 
@@ -33,7 +33,7 @@ def test_fp8_attention_under_cuda_graphs():
     fp8._GRAPHS.clear()
     fn = DenseFunction("sdpa_cudnn_fp8")
     g = torch.Generator("cuda").manual_seed(3)
-    q, k, v = (torch.randn(1, 1152, 2 * 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, 2048, 2 * 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
     torch._dynamo.reset()
     step = torch.compile(lambda q, k, v: fn(q, k, v, 2) * 2, mode="reduce-overhead")
     with torch.inference_mode():
@@ -65,8 +65,10 @@ def test_dense_function_keeps_small_and_masked_calls_in_bf16():
     with torch.inference_mode():
         small = qkv(126, FP8_MIN_TOKENS)  # the audio tokens' cross-attention: bf16, bit for bit
         assert torch.equal(fn(*small, heads), exact(*small, heads))
-        big = qkv(FP8_MIN_TOKENS, FP8_MIN_TOKENS)
-        mask = torch.zeros(1, FP8_MIN_TOKENS, FP8_MIN_TOKENS, device="cuda", dtype=torch.bfloat16)
+        stage_1 = qkv(1536, 1536)  # distilled's stage 1 at 768x512: bf16
+        assert not takes_fp8(1536, 1536) and torch.equal(fn(*stage_1, heads), exact(*stage_1, heads))
+        big = qkv(2048, 2048)
+        mask = torch.zeros(1, 2048, 2048, device="cuda", dtype=torch.bfloat16)
         assert torch.equal(fn(*big, heads, mask), exact(*big, heads, mask))
         got, want = fn(*big, heads), exact(*big, heads)
         assert not torch.equal(got, want) and rel_l2(got, want) < BOUND
@@ -75,7 +77,7 @@ def test_dense_function_keeps_small_and_masked_calls_in_bf16():
 def test_fp8_attention_compiles_as_one_op():
     fn = DenseFunction("sdpa_cudnn_fp8")
     g = torch.Generator("cuda").manual_seed(2)
-    q, k, v = (torch.randn(1, 1024, 2 * 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, 2048, 2 * 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
     torch._dynamo.reset()
     compiled = torch.compile(lambda q, k, v: fn(q * 1.5, k, v, 2) + 1, fullgraph=True)
     with torch.inference_mode():

@@ -431,3 +431,11 @@ def test_scale_cast_in_one_pass(divide):
     torch.testing.assert_close(got, (x / 0.25 if divide else x * 0.25).half())
     with pytest.raises(ValueError, match="one fp32 element"):
         scale_cast(x, torch.ones(2), torch.float16, divide)
+
+
+def test_fp8_attention_takes_the_large_calls_of_each_stage():
+    from backends.runtime.dense_attention import takes_fp8
+
+    assert takes_fp8(6144, 6144) and takes_fp8(24576, 24576) and takes_fp8(6144, 1024)
+    assert not takes_fp8(1536, 1536)  # distilled's stage 1 at 768x512
+    assert not takes_fp8(126, 24576) and not takes_fp8(24576, 126)  # the audio tokens' cross-attentions

@@ -7,10 +7,12 @@ of 2 dims gets a batch dim, of 3 dims a heads dim (additive float or boolean, as
 FlashAttention 3/4 have no mask kernel and SDPA's flash backend rejects masks: for those the
 runtime leaves the masked slot as it was (`masks` is False) and says so in its report.
 `sdpa_cudnn_fp8` runs cuDNN's fp8 attention (`backends.runtime.cudnn_fp8_attention`) on bf16/fp16
-calls without a mask whose q and kv both have at least `FP8_MIN_TOKENS` tokens and head_dim a
-multiple of 16 up to 128 (the DiT's video self-attention; its text cross-attention is masked),
-and SDPA's bf16 cuDNN backend on the rest (the 126 audio tokens' attentions, where quantizing
-would cost more than the fp8 kernel saves; masked calls).
+calls without a mask (`takes_fp8`: q and kv of at least `FP8_MIN_TOKENS` tokens each and
+`FP8_MIN_SCORES` scores, head_dim a multiple of 16 up to 128: the DiT's video self-attention; its
+text cross-attention is masked), and SDPA's bf16 cuDNN backend on the rest: the 126 audio tokens'
+attentions and distilled's stage 1 at 768x512 (1536 tokens, where the fp8 kernel alone was 1.04x
+bf16 on the H200 before its quantization), where quantizing would cost more than it saves, and
+masked calls. So one profile gives each stage of a run the attention that pays at its size.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ ANY_SDPA = ("pytorch", "automatic", "mps_sdpa")
 FP8 = "sdpa_cudnn_fp8"
 NAMES = (*SDPA_BACKENDS, FP8, *FLASH_MODULES, *ANY_SDPA)
 FP8_MIN_TOKENS = 1024
+FP8_MIN_SCORES = 2048 * 2048
+
+
+def takes_fp8(q_tokens: int, kv_tokens: int) -> bool:
+    """Whether `sdpa_cudnn_fp8` runs an unmasked call of these sizes in fp8 (else bf16 cuDNN)."""
+    return min(q_tokens, kv_tokens) >= FP8_MIN_TOKENS and q_tokens * kv_tokens >= FP8_MIN_SCORES
 
 
 class AttentionUnavailable(RuntimeError):
@@ -78,7 +86,7 @@ class DenseFunction:
             out = self._flash(q, k, v)
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
-        if (self._fp8 is not None and mask is None and min(q.shape[1], k.shape[1]) >= FP8_MIN_TOKENS
+        if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1])
                 and v.dtype in (torch.bfloat16, torch.float16) and d % 16 == 0 and d <= 128):
             return self._fp8(q, k, v).reshape(b, -1, inner)
         if mask is not None:
