@@ -90,6 +90,15 @@ BLOCK = "mod:transformer_blocks.*|BasicAVTransformerBlock"
      ("element-wise", "RoPE")),
     ("void at::native::rms_norm_kernel", under("aten::_fused_rms_norm", "aten::rms_norm", "fn:ada_zero_function"),
      ("element-wise", "RMSNorm / LayerNorm")),
+    # sdpa_cudnn_fp8 under compile: its op's kernels are its quantization and cuDNN's fp8 attention
+    ("_scale_cast", under(("ltx_tui::sdpa_fp8", [[1, 6144, 32, 128]] * 3), BLOCK),
+     ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
+    ("void at::native::reduce_kernel<512, 1>", under("aten::linalg_vector_norm", ("ltx_tui::sdpa_fp8",
+                                                     [[1, 6144, 32, 128]] * 3), BLOCK),
+     ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8_knob_32_64x128x128",
+     under(("ltx_tui::sdpa_fp8", [[1, 6144, 32, 128]] * 3), BLOCK),
+     ("attention", "video self (6144 q x 6144 kv, 32x128)")),
     ("Memcpy DtoD (Device -> Device)", under("aten::copy_", BLOCK), ("copies", "Memcpy")),
     ("void some_kernel", None, ("other", "not linked to a CPU op")),
 ])
