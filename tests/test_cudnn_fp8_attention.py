@@ -4,15 +4,13 @@ written from its definition, through DenseFunction (which calls stay in bf16) an
 import pytest
 import torch
 
+from backends.runtime import cudnn_fp8_attention as fp8
+from backends.runtime.dense_attention import FP8_MIN_TOKENS, DenseFunction, takes_fp8
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                                 reason="needs an SM 9.0 GPU")]
-
-fp8 = pytest.importorskip("backends.runtime.cudnn_fp8_attention")
-if fp8.unavailable_reason():
-    pytest.skip(fp8.unavailable_reason(), allow_module_level=True)
-
-from backends.runtime.dense_attention import FP8_MIN_TOKENS, DenseFunction, takes_fp8  # noqa: E402
+                                 reason="needs an SM 9.0 GPU"),
+              pytest.mark.skipif(fp8.unavailable_reason() is not None, reason=str(fp8.unavailable_reason()))]
 
 BOUND = 0.1  # rel L2 against fp32 attention: e4m3 q, k, v, P and O (~6e-2 measured at scores of std 1)
 
