@@ -439,3 +439,17 @@ def test_fp8_attention_takes_the_large_calls_of_each_stage():
     assert takes_fp8(6144, 6144) and takes_fp8(24576, 24576) and takes_fp8(6144, 1024)
     assert not takes_fp8(1536, 1536)  # distilled's stage 1 at 768x512
     assert not takes_fp8(126, 24576) and not takes_fp8(24576, 126)  # the audio tokens' cross-attentions
+
+
+def test_fp8_attention_tensor_checks_trace_in_one_graph():
+    """DenseFunction asks `tensors_reason` inside compiled blocks: it must not break the graph."""
+    from backends.runtime.cudnn_fp8_attention import tensors_reason
+
+    def pick(q, k, v):
+        return q * 2 if tensors_reason(q, k, v) is None else q
+
+    q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    compiled = torch.compile(pick, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(q, q, q), q * 2)
+    assert torch.equal(compiled(q.float(), q.float(), q.float()), q.float())

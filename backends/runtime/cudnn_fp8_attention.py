@@ -19,12 +19,12 @@ and heads, k and v the same shape, bf16/fp16, head_dim a multiple of 16 up to 12
 from __future__ import annotations
 
 import functools
-
 import threading
 
 import torch
 
-FP8_MAX = 448.0
+from kernels.int8_gemm import FP8_MAX
+
 P_SCALE = 256.0  # softmax probabilities in [0, 1] -> [0, 256]: a power of two, inside e4m3's range
 O_HEADROOM = 2.0
 
@@ -50,6 +50,11 @@ def unavailable_reason() -> str | None:
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can)."""
+    return tensors_reason(q, k, v) or _device_reason(q.device)
+
+
+def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """`supports` without the device: shapes and dtypes only (torch.compile traces it)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return f"q, k, v must be (B, S, heads, head_dim) (got {q.dim()}, {k.dim()}, {v.dim()} dims)"
     if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
@@ -60,7 +65,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     d = q.shape[-1]
     if d % 16 or d > 128 or k.shape[-1] != d or v.shape[-1] != d:
         return f"head_dim must be a multiple of 16 up to 128 and the same for q, k, v (got {d})"
-    return _device_reason(q.device)
+    return None
 
 
 @functools.cache

@@ -51,13 +51,15 @@ class DenseFunction:
         self.name = name
         self.masks = name not in FLASH_MODULES and name != "sdpa_flash"
         self._flash = self._fp8 = None
+        # the SDPA backend pinned for the calls this attention runs through SDPA (None: SDPA's own choice)
+        self._sdpa = SDPA_BACKENDS.get(name, SDPA_BACKENDS["sdpa_cudnn"] if name == FP8 else None)
         if name == FP8:
             from backends.runtime import cudnn_fp8_attention
 
             why = cudnn_fp8_attention.unavailable_reason()
             if why:
                 raise AttentionUnavailable(f"{name}: {why}")
-            self._fp8 = cudnn_fp8_attention.sdpa_fp8_op
+            self._fp8 = cudnn_fp8_attention
         if name in FLASH_MODULES:
             module, label = FLASH_MODULES[name]
             mod, why = import_optional(module)
@@ -87,16 +89,16 @@ class DenseFunction:
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
         if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1])
-                and v.dtype in (torch.bfloat16, torch.float16) and d % 16 == 0 and d <= 128):
-            return self._fp8(q, k, v).reshape(b, -1, inner)
+                and self._fp8.tensors_reason(q, k, v) is None):
+            return self._fp8.sdpa_fp8_op(q, k, v).reshape(b, -1, inner)
         if mask is not None:
             mask = mask[None] if mask.dim() == 2 else mask
             mask = mask[:, None] if mask.dim() == 3 else mask
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.name in SDPA_BACKENDS or self.name == FP8:
+        if self._sdpa is not None:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS.get(self.name, "CUDNN_ATTENTION"))]):
+            with sdpa_kernel([getattr(SDPBackend, self._sdpa)]):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
