@@ -32,6 +32,10 @@ Variants (`--variants`, comma-separated; default: the first six):
                          the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
   fp8-attn+fp8-scaled-mm+graphs
                          and compile.mode = "reduce-overhead" (Inductor's CUDA graphs, one per block)
+  compile+capture, fp8-scaled-mm+capture, fp8-attn+fp8-scaled-mm+capture
+                         compile.capture = true: the 48-block loop as one CUDA graph per input shape
+                         (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
+                         sdpa_cudnn_fp8 + fp8-scaled-mm + compile
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -97,6 +101,14 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                       {"transformer.attention": "sdpa_cudnn_fp8",
                                        "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                        "compile.mode": "reduce-overhead"}),
+    "compile+capture": ("ltx-tui compile + capture", {"compile.enabled": True, "compile.capture": True}),
+    "fp8-scaled-mm+capture": ("ltx-tui fp8-scaled-mm + compile + capture",
+                              {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                               "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+capture": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture",
+                                       {"transformer.attention": "sdpa_cudnn_fp8",
+                                        "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                                        "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),

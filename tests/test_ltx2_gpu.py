@@ -105,3 +105,51 @@ def test_quantized_dit_blocks(dit, method, bound):
     assert replaced and all(n.startswith("transformer_blocks.") for n in replaced)
     got = run(ours, inputs)
     assert rel(got[0], want[0]) < bound and rel(got[1], want[1]) < bound
+
+
+def _skip_video_self_attention(blocks):
+    from ltx_core.guidance.perturbations import BatchedPerturbationConfig, Perturbation, PerturbationConfig, \
+        PerturbationType
+
+    skip = PerturbationConfig([Perturbation(PerturbationType.SKIP_VIDEO_SELF_ATTN, [1])])
+    return BatchedPerturbationConfig([skip], blocks, "cuda", torch.bfloat16)
+
+
+@pytest.mark.parametrize("quantization", ["none", "fp8-scaled-mm"])
+def test_captured_block_loop_matches_eager(dit, quantization):
+    model, inputs = dit
+    bigger = ltx2.transformer_inputs(tokens=45, seed=3, device="cuda", dtype=torch.bfloat16)
+    perturbed = (*inputs[:2], _skip_video_self_attention(3))
+    calls = (inputs, inputs, bigger, perturbed, inputs, bigger)
+    wants = [run(model, c) for c in calls]
+    ours = copy.deepcopy(model)
+    report = apply_profile(ours, P(compile__enabled=True, compile__capture=True,
+                                   transformer__quantization=quantization), device="cuda")
+    graphs = report.loop_graphs
+    assert graphs is not None and "captured as one CUDA graph" in report.change("compile.enabled").detail
+    bound = 2e-2 if quantization == "none" else 0.1
+    outs = [run(ours, c) for c in calls]
+    for i, (got, want) in enumerate(zip(outs, wants)):  # earlier outputs survive later replays
+        assert rel(got[0], want[0]) < bound and rel(got[1], want[1]) < bound, i
+    assert not torch.equal(outs[3][0], outs[0][0])  # the perturbed pass ran its own graph
+    assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == len(calls)
+    assert report.compile_health().compiled
+
+
+def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):
+    from backends.runtime.block_graph import LoopGraphs
+
+    model, inputs = dit
+    want = run(model, inputs)
+    ours = copy.deepcopy(model)
+    loop = ours._process_transformer_blocks
+
+    def syncing(video, audio, perturbations):
+        float(video.x.sum())  # a host sync: not allowed while a stream is captured
+        return loop(video, audio, perturbations)
+
+    ours._process_transformer_blocks = graphs = LoopGraphs(ours, syncing)
+    with pytest.warns(UserWarning, match="capture failed"):
+        got = run(ours, inputs)
+    assert graphs.reason and not graphs.graphs
+    assert torch.equal(got[0], want[0]) and torch.equal(run(ours, inputs)[0], want[0])

@@ -12,7 +12,10 @@ The steps, on LTX-2's real modules or any module that follows their protocols:
   (the masked slot too, where the kernel can mask);
 - `quantize`: quantized linears in `transformer.quantization_scope` (`include=` narrows it);
 - `offload`: the transformer blocks' weights streamed from host memory (`runtime.offload`);
-- `compile`: torch.compile per transformer block; with CUDA graphs, a step is marked at every
+- `compile`: torch.compile per transformer block; with `compile.capture` on LTX-2's LTXModel its
+  whole block loop is one CUDA graph per input shape (`runtime.block_graph`), the blocks compiled
+  without graphs of their own; other CUDA graphs (compile.mode reduce-overhead / max-autotune, or
+  capture on a model without that loop) are Inductor's, one per block: a step is marked at every
   forward of the model and its outputs are copied out of the graph pool.
 What a compiled step did not compile (graph breaks, graphs that ran eagerly) the report counts
 from the apply on (`ApplyReport.compile_health`, `runtime.compile_watch`).
@@ -32,8 +35,10 @@ import torch.utils._pytree as pytree
 from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, toml_value
 from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
+from backends.config.values import value
 from backends.machine.capability import Capability, import_optional, probe
 from backends.runtime.attention import DTYPE_NAMES, INFERENCE_ONLY, NAFunction
+from backends.runtime.block_graph import LoopGraphs, capture_loop, loop_owner
 from backends.runtime.compile_cache import mark_cacheable, use_compile_caches
 from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
@@ -66,6 +71,7 @@ class ApplyReport:
     warnings: list[str] = field(default_factory=list)
     streamer: BlockStreamer | None = None
     compile_watch: CompileWatch | None = None  # set when a step compiled something
+    loop_graphs: LoopGraphs | None = None  # compile.capture's graphs of the block loop, when captured
 
     def compile_health(self) -> CompileHealth | None:
         """Graph breaks and graphs that ran eagerly since the apply (None: nothing was compiled).
@@ -97,6 +103,8 @@ class ApplyReport:
         health = self.compile_health()
         if health is not None and (health.graph_breaks or health.eager):
             lines.append(f"compile: {health}")
+        if self.loop_graphs is not None and self.loop_graphs.reason:
+            lines.append(f"compile.capture: the block loop runs without a CUDA graph: {self.loop_graphs.reason}")
         return "\n".join(lines)
 
 
@@ -311,14 +319,16 @@ def _prepare_offload(step: Step, model, plan, device, include) -> Apply:
     return apply
 
 
-def compile_kwargs(args: dict[str, Any]) -> dict[str, Any]:
-    """torch.compile keyword arguments for the plan's compile step."""
+def compile_kwargs(args: dict[str, Any], loop_graph: bool = False) -> dict[str, Any]:
+    """torch.compile keyword arguments for the plan's compile step; `loop_graph`: the block loop is
+    captured whole (`runtime.block_graph`), so the blocks compile without CUDA graphs of their own."""
     kwargs: dict[str, Any] = {"backend": args["backend"], "fullgraph": args["fullgraph"],
                               "dynamic": {"auto": None, "true": True, "false": False}[args["dynamic"]]}
     if args["backend"] == "inductor":
-        if args["mode"] != "default":
-            kwargs["mode"] = args["mode"]
-        elif args["capture"]:
+        mode = (value("compile.mode", args["mode"]).without_graphs or args["mode"]) if loop_graph else args["mode"]
+        if mode != "default":
+            kwargs["mode"] = mode
+        elif args["capture"] and not loop_graph:
             kwargs["options"] = {"triton.cudagraphs": True}
     return kwargs
 
@@ -339,21 +349,26 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
             for key in step.options:
                 report.add(key, "no target", "no transformer blocks (LTX-2's DiffVAE decoder is compiled by diffvae.mode)")
         return none
-    kwargs = compile_kwargs(dict(step.args))
     graphs = step.args["cudagraphs"]
     if graphs and device.type != "cuda":
         raise ProfileNotRunnable(f"compile with CUDA graphs needs the model on a CUDA device, not {device}")
+    loop = step.args["capture"] and step.args["backend"] != "cudagraphs" and loop_owner(model) is not None
+    kwargs = compile_kwargs(dict(step.args), loop)
 
     def apply(model, report):
         report.watch_compile()
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
-        if graphs:
+        if loop:
+            report.loop_graphs = capture_loop(model)
+        elif graphs:
             model.register_forward_pre_hook(_step_begin)
             model.register_forward_hook(_copy_out)
         names = [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [type(model).__name__]
         detail = f"torch.compile per block of {blocks_name or 'the whole model'}: " + ", ".join(
-            f"{k}={v}" for k, v in kwargs.items()) + ("; CUDA-graph step marked at each forward" if graphs else "")
+            f"{k}={v}" for k, v in kwargs.items()) + (
+            "; the block loop captured as one CUDA graph per input shape" if loop else
+            "; CUDA-graph step marked at each forward" if graphs else "")
         report.add("compile.enabled", "compiled", detail, names)
         for key in step.options[1:]:
             report.add(key, "set", toml_value(plan[key].effective))

@@ -1,0 +1,176 @@
+"""`compile.capture`: LTX-2's whole transformer block loop as one CUDA graph per call signature.
+
+A compiled DiT forward at a few thousand tokens is bound by the host: Python and ~120 kernel
+launches a block (bench/RESULTS.md, "bench/ltx2_dit.py ... fp8 attention": 260 ms of issue time
+against 238 ms of GPU work at 6144 tokens). Inductor's own CUDA graphs (compile.mode
+reduce-overhead) make one graph a block, and pay the graph trees' bookkeeping and input copies
+48 times a forward. `LoopGraphs` takes over `LTXModel._process_transformer_blocks(video, audio,
+perturbations)` instead, the loop over the blocks (LTX-2 v1.2.0, ltx_core/model/transformer/model.py):
+the patchify, RoPE tables and output projection around it stay eager, and the blocks inside stay
+compiled without CUDA graphs of their own.
+
+A call's signature is every tensor's shape, stride, dtype and device in the two `TransformerArgs`
+(dataclasses; tensors and tuples of tensors), every other field's value, the perturbation masks'
+shape, and what the blocks specialise on in them (LTX-2's `block_input_processor.graph_signature`:
+which attention branches run; without it, the masks' host values). A new signature gets static
+buffers (copies of the call's tensors), two warm-up runs of the loop on a side stream (compiling
+there), then a capture; every call copies its tensors into the static buffers and replays. The
+returned `TransformerArgs` live in the graph's memory until the next replay: LTX-2's forward reads
+them straight into its output projection. The graphs of one model share one memory pool (calls
+never overlap), held until the model is let go. A loop the graph cannot capture (a host sync
+inside it) runs eagerly from then on; `reason` says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import torch
+
+LOOP = "_process_transformer_blocks"
+WARMUP_RUNS = 2
+
+
+def loop_owner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module whose block loop `LoopGraphs` can take: LTX-2's `LTXModel` (the model itself,
+    or inside a wrapper such as its `X0Model`); None for models without one."""
+    for module in model.modules():
+        if callable(getattr(module, LOOP, None)) and hasattr(module, "block_input_processor"):
+            return module
+    return None
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return ("tensor", tuple(t.shape), t.stride(), t.dtype, str(t.device))
+
+
+def _field_key(value: Any) -> Hashable:
+    if isinstance(value, torch.Tensor):
+        return _tensor_key(value)
+    if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(_tensor_key(v) for v in value)
+    hash(value)  # a value the graph bakes in must be comparable; TypeError otherwise
+    return ("value", value)
+
+
+def args_key(args: Any) -> Hashable:
+    """The signature of one `TransformerArgs` (or None)."""
+    if args is None:
+        return None
+    return tuple((f.name, _field_key(getattr(args, f.name))) for f in dataclasses.fields(args))
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(v.clone() for v in value)
+    return value
+
+
+def static_args(args: Any) -> Any:
+    """Buffers for the graph to read: `args` with each tensor copied."""
+    if args is None:
+        return None
+    return dataclasses.replace(args, **{f.name: _clone(getattr(args, f.name)) for f in dataclasses.fields(args)})
+
+
+def copy_args(dst: Any, src: Any) -> None:
+    """Copy `src`'s tensors into `dst`'s static buffers (same signature)."""
+    if dst is None:
+        return
+    for f in dataclasses.fields(dst):
+        d, s = getattr(dst, f.name), getattr(src, f.name)
+        if isinstance(d, torch.Tensor):
+            d.copy_(s)
+        elif isinstance(d, tuple):
+            for di, si in zip(d, s):
+                if isinstance(di, torch.Tensor):
+                    di.copy_(si)
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    video: Any
+    audio: Any
+    masks: torch.Tensor  # the perturbation masks the graph reads
+    out: tuple[Any, Any]
+
+
+class LoopGraphs:
+    """Stands in for `owner._process_transformer_blocks`: captures it per signature, replays."""
+
+    def __init__(self, owner: torch.nn.Module, loop: Callable) -> None:
+        self.loop = loop
+        self._signature = getattr(owner.block_input_processor, "graph_signature", None)
+        self.graphs: dict[Hashable, _Graph] = {}
+        self.pool = None
+        self.replays = 0
+        self.reason: str | None = None  # why the loop runs eagerly (None: it is captured)
+
+    def key(self, video: Any, audio: Any, perturbations: Any) -> Hashable:
+        masks, host = perturbations.block_masks, perturbations.block_masks_cpu
+        if host is None:
+            raise ValueError("the perturbation masks have no host copy, which says which branches each block runs")
+        which = self._signature(perturbations) if self._signature else tuple(host.flatten().tolist())
+        return args_key(video), args_key(audio), _tensor_key(masks), which
+
+    def __call__(self, video: Any, audio: Any, perturbations: Any):
+        x = (video or audio).x
+        if self.reason is not None or x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            return self.loop(video, audio, perturbations)
+        try:
+            key = self.key(video, audio, perturbations)
+        except (TypeError, ValueError) as e:
+            self._give_up(f"the call cannot be keyed: {e}")
+            return self.loop(video, audio, perturbations)
+        g = self.graphs.get(key)
+        if g is None:
+            try:
+                g = self.graphs[key] = self._capture(video, audio, perturbations)
+            except RuntimeError as e:  # an op inside the loop that a graph cannot hold
+                self._give_up(f"capture failed: {' '.join(str(e).split())[:300]}")
+                return self.loop(video, audio, perturbations)
+        else:
+            copy_args(g.video, video)
+            copy_args(g.audio, audio)
+            g.masks.copy_(perturbations.block_masks)
+        g.graph.replay()
+        self.replays += 1
+        return g.out
+
+    def _give_up(self, reason: str) -> None:
+        self.reason = reason
+        self.graphs.clear()
+        warnings.warn(f"compile.capture: the transformer block loop runs without a CUDA graph: {reason}", stacklevel=3)
+
+    def _capture(self, video: Any, audio: Any, perturbations: Any) -> _Graph:
+        sv, sa = static_args(video), static_args(audio)
+        masks = perturbations.block_masks.clone()
+        sp = type(perturbations).from_masks(masks, perturbations.block_masks_cpu)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compiles (and autotunes) here, outside the capture
+            for _ in range(WARMUP_RUNS):
+                self.loop(sv, sa, sp)
+        torch.cuda.current_stream().wait_stream(side)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            out = self.loop(sv, sa, sp)
+        return _Graph(graph, sv, sa, masks, out)
+
+
+def capture_loop(model: torch.nn.Module) -> LoopGraphs | None:
+    """Install `LoopGraphs` on the block loop of `model`'s LTXModel; None when it has none."""
+    owner = loop_owner(model)
+    if owner is None:
+        return None
+    graphs = LoopGraphs(owner, getattr(owner, LOOP))
+    setattr(owner, LOOP, graphs)
+    return graphs

@@ -1,0 +1,96 @@
+"""compile.capture's block-loop graphs (`backends.runtime.block_graph`) on LTX-2's real LTXModel,
+the parts that need no GPU: finding the loop, a call's signature, the static buffers, the compile
+arguments, and the eager path off CUDA. The captures themselves: tests/test_ltx2_gpu.py."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+
+from backends.runtime import block_graph, ltx2
+from backends.runtime.apply import compile_kwargs
+
+pytestmark = [pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core")]
+
+
+@pytest.fixture(scope="module")
+def model_and_args():
+    model = ltx2.tiny_transformer(layers=2)
+    video, audio, _ = ltx2.transformer_inputs(tokens=12)
+    with torch.inference_mode():
+        v = model.video_args_preprocessor.prepare(video, audio)
+        a = model.audio_args_preprocessor.prepare(audio, video)
+    return model, v, a
+
+
+def test_the_loop_is_ltx2s_ltxmodel_even_inside_a_wrapper(model_and_args):
+    model = model_and_args[0]
+    assert block_graph.loop_owner(model) is model
+    assert block_graph.loop_owner(nn.Sequential(model)) is model
+    assert block_graph.loop_owner(nn.Sequential(nn.Linear(2, 2))) is None
+
+
+def test_a_signature_follows_shapes_strides_and_baked_in_values(model_and_args):
+    _, v, _ = model_and_args
+    key = block_graph.args_key(v)
+    assert block_graph.args_key(dataclasses.replace(v, x=v.x.clone())) == key  # values are not in it
+    assert block_graph.args_key(dataclasses.replace(v, x=v.x[:, :-1])) != key  # shape
+    assert block_graph.args_key(dataclasses.replace(v, x=v.x.transpose(0, 1))) != key  # strides
+    assert block_graph.args_key(dataclasses.replace(v, x=v.x.double())) != key  # dtype
+    assert block_graph.args_key(dataclasses.replace(v, enabled=not v.enabled)) != key  # a branch the graph takes
+    cos, sin = v.positional_embeddings
+    assert block_graph.args_key(dataclasses.replace(v, positional_embeddings=(cos[..., :-1], sin[..., :-1]))) != key
+    assert block_graph.args_key(None) is None
+    with pytest.raises(TypeError):  # a field the graph would bake in but cannot compare
+        block_graph.args_key(dataclasses.replace(v, enabled=[True]))
+
+
+def test_static_buffers_are_copies_and_take_each_calls_values(model_and_args):
+    _, v, _ = model_and_args
+    static = block_graph.static_args(v)
+    assert static.x.data_ptr() != v.x.data_ptr() and torch.equal(static.x, v.x)
+    assert static.positional_embeddings[0].data_ptr() != v.positional_embeddings[0].data_ptr()
+    assert static.enabled == v.enabled
+    other = dataclasses.replace(v, x=torch.randn_like(v.x),
+                                positional_embeddings=tuple(torch.randn_like(t) for t in v.positional_embeddings))
+    block_graph.copy_args(static, other)
+    assert torch.equal(static.x, other.x)
+    assert all(torch.equal(s, o) for s, o in zip(static.positional_embeddings, other.positional_embeddings))
+
+
+def test_the_perturbation_signature_is_ltx2s_graph_signature(model_and_args):
+    from ltx_core.guidance.perturbations import BatchedPerturbationConfig, Perturbation, PerturbationConfig, \
+        PerturbationType
+
+    model, v, a = model_and_args
+    graphs = block_graph.LoopGraphs(model, model._process_transformer_blocks)
+    clean = BatchedPerturbationConfig.empty(1, 2, "cpu", torch.float32)
+    skip = BatchedPerturbationConfig([PerturbationConfig([Perturbation(PerturbationType.SKIP_VIDEO_SELF_ATTN, [1])])],
+                                     2, "cpu", torch.float32)
+    assert graphs.key(v, a, clean) == graphs.key(v, a, BatchedPerturbationConfig.empty(1, 2, "cpu", torch.float32))
+    assert graphs.key(v, a, clean) != graphs.key(v, a, skip)
+    with pytest.raises(ValueError, match="host copy"):
+        graphs.key(v, a, BatchedPerturbationConfig.from_masks(clean.block_masks))
+
+
+def test_off_cuda_the_loop_runs_as_it_was(model_and_args):
+    model, v, a = model_and_args
+    from ltx_core.guidance.perturbations import BatchedPerturbationConfig
+
+    p = BatchedPerturbationConfig.empty(1, 2, "cpu", torch.float32)
+    graphs = block_graph.LoopGraphs(model, model._process_transformer_blocks)
+    with torch.inference_mode():
+        want, _ = model._process_transformer_blocks(v, a, p)
+        got, _ = graphs(v, a, p)
+    assert torch.equal(got.x, want.x) and not graphs.graphs and graphs.reason is None
+
+
+def test_blocks_under_a_captured_loop_compile_without_graphs_of_their_own():
+    base = {"backend": "inductor", "fullgraph": False, "dynamic": "auto", "capture": True}
+    assert "mode" not in compile_kwargs({**base, "mode": "reduce-overhead"}, loop_graph=True)
+    assert compile_kwargs({**base, "mode": "max-autotune"}, loop_graph=True)["mode"] == "max-autotune-no-cudagraphs"
+    assert "options" not in compile_kwargs({**base, "mode": "default"}, loop_graph=True)
+    # a model without LTX-2's loop keeps Inductor's CUDA graphs, one per block
+    assert compile_kwargs({**base, "mode": "default"})["options"] == {"triton.cudagraphs": True}
+    assert compile_kwargs({**base, "mode": "reduce-overhead"})["mode"] == "reduce-overhead"
