@@ -11,12 +11,17 @@ SDPA (`backends.runtime.cudnn_fp8_attention`), the kernel alone (its host-side c
 small sizes that can bound it) and with its per-tensor quantization and the output's
 dequantization; rel L2 against fp32 attention on four heads, for q of std 1 and 4.
 
+Part 4 (`gelu`), the DiT FeedForward's hidden activation (6144 and 24576 tokens x 16384) on its way
+into the second fp8 GEMM: tanh GELU then the row quantization (two passes; what Inductor leaves:
+the quantization is a Triton kernel it cannot fuse into) against `quantize_rows(gelu=True)` (one),
+and the quantization alone; rel L2 of the dequantized rows against an fp32 GELU.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp,attention] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention,gelu] [--mlp-configs m128h64w8s3,...]
 """
 
 from __future__ import annotations
@@ -158,6 +163,25 @@ def attentions() -> None:
             print(f"{label:<22} {name:<30} {t:8.3f} {flop / t:8.0f} {base / t:7.2f}x {e[0]:10.2e} {e[1]:10.2e}")
 
 
+def gelus() -> None:
+    print(f"{'tokens x hidden':<18} {'op':<34} {'ms':>8} {'GB/s':>8} {'vs 2 passes':>11} {'rel L2':>9}")
+    gelu = torch.compile(lambda h: F.gelu(h, approximate="tanh"))  # one Inductor kernel, as in a compiled block
+    for m in (6144, 24576):
+        h = torch.randn(m, 16384, device="cuda", dtype=torch.bfloat16) * 2
+        ref = F.gelu(h.float(), approximate="tanh")
+        rows = [("GELU, then quantize_rows", lambda: quantize_rows(gelu(h), torch.float8_e4m3fn)),
+                ("quantize_rows(gelu=True)", lambda: quantize_rows(h, torch.float8_e4m3fn, gelu=True)),
+                ("quantize_rows alone (no GELU)", lambda: quantize_rows(h, torch.float8_e4m3fn))]
+        base = None
+        for name, fn in rows:
+            t = bench(fn)
+            base = base or t
+            q, sc = fn()
+            err = rel_l2(q.float() * sc[:, None], ref) if "alone" not in name else float("nan")
+            print(f"{f'{m} x 16384':<18} {name:<34} {t:8.3f} {h.numel() * 3 / t / 1e6:8.0f} {base / t:10.2f}x "
+                  f"{err:9.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
@@ -173,6 +197,8 @@ def main() -> None:
         mlps(args.mlp_configs.split(",") if args.mlp_configs else list(CONFIGS))
     if "attention" in parts:
         attentions()
+    if "gelu" in parts:
+        gelus()
 
 
 if __name__ == "__main__":

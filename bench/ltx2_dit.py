@@ -4,7 +4,9 @@ LTX-2 v1.2.0's full audio-video `LTXModel()` (its default constructor: 48 blocks
 video, 32 x 64 audio, 18.8 B parameters; `--layers N` builds fewer blocks), random weights made
 on the device in bf16 from one seed (LTX-2's own initialisers, then its uninitialised AdaLN
 tables given small random values: `runtime.ltx2.wake_zero_tables`). One forward at N video
-tokens + 126 audio tokens + 1024 text tokens (2 of them padded: the masked attention path runs),
+tokens + 126 audio tokens + 1024 text tokens without a context mask, as LTX-2 v1.2.0's pipelines
+call the DiT (ltx_pipelines/utils/helpers.py builds every Modality with `context_mask=None`; with
+`--text-padding N` the last N text tokens are masked and the masked attention path runs),
 for each token count of `--tokens` (6144 = 768x512x121, 24576 = 1536x1024x121, 1536 = distilled's
 stage 1 at 768x512x121).
 
@@ -36,6 +38,9 @@ Variants (`--variants`, comma-separated; default: the first six):
                          compile.capture = true: the 48-block loop as one CUDA graph per input shape
                          (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
                          sdpa_cudnn_fp8 + fp8-scaled-mm + compile
+  fp8-attn+fp8-scaled-mm+capture:unfused
+                         the last without the FeedForward's GELU fused into the fp8 row quantization
+                         (an ablation)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -109,6 +114,11 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                         "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+capture:unfused": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
+                                               "GELU not fused",
+                                               {"transformer.attention": "sdpa_cudnn_fp8",
+                                                "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                                                "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -215,6 +225,10 @@ def apply_variant(model, key: str, device):
             from backends.runtime.quant import FP8ScaledMMLinear
 
             FP8ScaledMMLinear.fast_accum = False
+        if key.endswith(":unfused"):
+            from backends.runtime.quant import GeluQuantized
+
+            GeluQuantized.enabled = False
         report = apply_profile(model, profile, device=device)
         shown = ("transformer.attention", "transformer.quantization", "compile.enabled", "compile.mode",
                  "offload.mode")
@@ -242,6 +256,7 @@ def make_inputs(args, dims: dict, tokens: int, device, dtype):
     from backends.runtime import ltx2
 
     return ltx2.transformer_inputs(tokens=tokens, audio_tokens=args.audio_tokens, context=args.text_tokens,
+                                   padded=args.text_padding,
                                    seed=args.seed + 1, device=device, dtype=dtype, **dims)
 
 
@@ -728,7 +743,8 @@ def child_argv(args, key: str, ref: str | None, write_ref: bool, breakdown_child
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", key, "--tokens", tokens or args.tokens,
             "--layers", str(args.layers), "--size", args.size, "--device", args.device, "--dtype", args.dtype,
             "--seed", str(args.seed), "--repeat", str(args.repeat), "--warmup", str(args.warmup),
-            "--audio-tokens", str(args.audio_tokens), "--text-tokens", str(args.text_tokens)]
+            "--audio-tokens", str(args.audio_tokens), "--text-tokens", str(args.text_tokens),
+            "--text-padding", str(args.text_padding)]
     if ref:
         argv += ["--ref", ref]
     if write_ref:
@@ -772,6 +788,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--audio-tokens", type=int, default=126)
     parser.add_argument("--text-tokens", type=int, default=1024)
+    parser.add_argument("--text-padding", type=int, default=0,
+                        help="padded text tokens: a context mask, so the masked attention runs (default 0: no mask, "
+                             "as LTX-2's pipelines call the DiT)")
     parser.add_argument("--per-tokens", action="store_true",
                         help="a process per (variant, token count), not one per variant")
     parser.add_argument("--breakdown", metavar="VARIANT", help="profile one forward of this variant instead")
@@ -827,7 +846,7 @@ def main() -> int:
                 print(f"LTX-2 LTXModel(num_layers={row['layers']}) ({args.size}): {params} parameters, "
                       f"{row['dtype']}, random weights (seed {args.seed}), built in {row['build_s']} s on "
                       f"{row['device']}, torch {row['torch']}; one forward at N video + {args.audio_tokens} audio + "
-                      f"{args.text_tokens} text tokens; median of {args.repeat} after {args.warmup} warm-up(s); "
+                      f"{args.text_tokens} text tokens ({f'{args.text_padding} padded, masked' if args.text_padding else 'no mask'}); median of {args.repeat} after {args.warmup} warm-up(s); "
                       f"{'a process per variant and token count' if args.per_tokens else 'a process per variant'}; "
                       f"vs LTX-2 = LTX-2's s / s; peak = max allocated during the timed forwards; rel L2 against "
                       f"LTX-2's bf16 eager forward (video + audio)")

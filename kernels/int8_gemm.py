@@ -23,11 +23,13 @@ INT8_K_MAX = (2**31 - 1) // (127 * 127)
 
 @triton.jit
 def _quantize_rows(X, Q, S, K, stride_x, stride_q, QMAX: tl.constexpr, BLOCK_K: tl.constexpr,
-                   IS_INT: tl.constexpr):
+                   IS_INT: tl.constexpr, GELU: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
     mask = offs < K
     x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    if GELU:  # tanh GELU: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+        x = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
     amax = tl.maximum(tl.max(tl.abs(x), 0), 1e-12)
     scale = amax / QMAX
     y = x / scale
@@ -37,10 +39,11 @@ def _quantize_rows(X, Q, S, K, stride_x, stride_q, QMAX: tl.constexpr, BLOCK_K: 
     tl.store(S + row, scale)
 
 
-def quantize_rows_torch(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric quantization in plain torch: (q, scale) with x ~= q * scale[:, None]."""
+def quantize_rows_torch(x: torch.Tensor, dtype: torch.dtype, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantization in plain torch: (q, scale) with x ~= q * scale[:, None]
+    (with `gelu`, of tanh-GELU(x))."""
     qmax = INT8_MAX if dtype == torch.int8 else FP8_MAX
-    xf = x.float()
+    xf = torch.nn.functional.gelu(x.float(), approximate="tanh") if gelu else x.float()
     scale = xf.abs().amax(dim=-1).clamp(min=1e-12) / qmax
     y = xf / scale[:, None]
     if dtype == torch.int8:
@@ -48,21 +51,28 @@ def quantize_rows_torch(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tens
     return y.to(dtype), scale
 
 
-def quantize_rows(x: torch.Tensor, dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric quantization of a 2-D tensor to int8 or float8_e4m3fn, one pass on CUDA."""
+def quantize_rows(x: torch.Tensor, dtype: torch.dtype = torch.int8, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantization of a 2-D tensor to int8 or float8_e4m3fn, one pass on CUDA;
+    with `gelu`, of tanh-GELU(x) (computed in fp32 in the same pass)."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rows takes a 2-D tensor, got shape {tuple(x.shape)}")
     if dtype not in (torch.int8, torch.float8_e4m3fn):
         raise ValueError(f"dtype must be torch.int8 or torch.float8_e4m3fn, got {dtype}")
     if x.device.type != "cuda":
-        return quantize_rows_torch(x, dtype)
+        return quantize_rows_torch(x, dtype, gelu)
+    return quantize_rows_triton(x, dtype, gelu)
+
+
+def quantize_rows_triton(x: torch.Tensor, dtype: torch.dtype, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_rows`'s Triton kernel (any device Triton runs on: the interpreter too)."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     m, k = x.shape
     q = torch.empty((m, k), dtype=dtype, device=x.device)
     s = torch.empty((m,), dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(k)
     _quantize_rows[(m,)](x, q, s, k, x.stride(0), q.stride(0), QMAX=INT8_MAX if dtype == torch.int8 else FP8_MAX,
-                         BLOCK_K=block, IS_INT=dtype == torch.int8, num_warps=8 if block >= 4096 else 4)
+                         BLOCK_K=block, IS_INT=dtype == torch.int8, GELU=gelu,
+                         num_warps=16 if block >= 16384 else 8 if block >= 4096 else 4)
     return q, s
 
 

@@ -153,3 +153,20 @@ def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):
         got = run(ours, inputs)
     assert graphs.reason and not graphs.graphs
     assert torch.equal(got[0], want[0]) and torch.equal(run(ours, inputs)[0], want[0])
+
+
+def test_fp8_feedforward_gelu_fused_matches_unfused(dit):
+    from backends.runtime import quant
+
+    model, inputs = dit
+    fused, unfused = copy.deepcopy(model), copy.deepcopy(model)
+    report = apply_profile(fused, P(transformer__quantization="fp8-scaled-mm"), device="cuda")
+    assert "the GELU of 6 FeedForward(s)" in report.change("transformer.quantization").detail
+    quant.GeluQuantized.enabled = False
+    try:
+        apply_profile(unfused, P(transformer__quantization="fp8-scaled-mm"), device="cuda")
+    finally:
+        quant.GeluQuantized.enabled = True
+    assert not any(isinstance(m, quant.GeluQuantized) for m in unfused.modules())
+    got, want = run(fused, inputs), run(unfused, inputs)
+    assert rel(got[0], want[0]) < 2e-2 and rel(got[1], want[1]) < 2e-2

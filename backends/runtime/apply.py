@@ -44,7 +44,7 @@ from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
-from backends.runtime.quant import plan_quantization
+from backends.runtime.quant import fuse_gelu, plan_quantization
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
@@ -279,9 +279,12 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
 
     def apply(model, report):
         replaced = qplan.apply(model)
+        fused = fuse_gelu(model) if method == "fp8-scaled-mm" else []
         scope_text = scope + (f", include={include!r}" if include else "")
         report.add("transformer.quantization", "replaced" if replaced else "no target",
-                   f"{method} linears in scope {scope_text}" if replaced
+                   (f"{method} linears in scope {scope_text}" + (
+                       f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
+                       if fused else "")) if replaced
                    else f"no nn.Linear in scope {scope_text} that {method} can run", replaced)
         report.add("transformer.quantization_scope", "set", scope)
         for name, why in qplan.skipped:

@@ -273,9 +273,11 @@ def tiny_transformer(seed: int = 0, layers: int = 2) -> nn.Module:
 
 def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 7, seed: int = 0,
                        device: Any = "cpu", dtype: Any = None, channels: int = 16, context_dim: int = 64,
-                       with_audio: bool = True, audio_channels: int = 8, audio_context_dim: int = 32) -> tuple:
+                       with_audio: bool = True, audio_channels: int = 8, audio_context_dim: int = 32,
+                       padded: int = 2) -> tuple:
     """(video, audio, perturbations) for `tiny_transformer` (or, with `channels`/`context_dim` and
-    `with_audio`, another LTXModel), with a text mask (the masked slot runs)."""
+    `with_audio`, another LTXModel), with a text mask whose last `padded` tokens are padding (the masked
+    slot runs); `padded=0`: no mask, as LTX-2 v1.2.0's pipelines call the DiT (`context_mask=None`)."""
     import torch
     from ltx_core.model.transformer.modality import Modality
 
@@ -290,8 +292,10 @@ def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 
         pos = torch.stack([start, start + 1], dim=-1)[None, None].expand(1, dims, n, 2)
         return pos.contiguous().to(device)
 
-    mask = torch.ones(1, context, dtype=torch.long, device=device)  # 0: a padded text token
-    mask[:, -2:] = 0
+    mask = None
+    if padded:
+        mask = torch.ones(1, context, dtype=torch.long, device=device)  # 0: a padded text token
+        mask[:, -padded:] = 0
     sigma = torch.full((1,), 0.5, device=device)
     video = Modality(latent=rand(1, tokens, channels), sigma=sigma,
                      timesteps=torch.full((1, tokens), 0.5, device=device), positions=positions(tokens, 3),

@@ -12,6 +12,10 @@ and is listed with the reason.
   `torch._scaled_mm` (SM >= 8.9) with fast accumulation (Hopper's fp8 tensor cores skip the
   periodic promotion of partial sums to fp32: 1.23x at 24576x4096x16384 on the H200, the same
   error, bench/RESULTS.md "bench/kernels.py"); `scales="tensor"` uses one scale per tensor instead.
+  In LTX-2's FeedForward (`net` = GELUApprox(proj), Identity, Linear) whose two linears both go
+  fp8-scaled-mm with row scales, the tanh GELU runs inside the second linear's row quantization
+  (`GeluQuantized`): the widest activation of a block (tokens x 16384) is written once in bf16 and
+  read once, not written, read, written again by the GELU and read by the quantization.
 - `int8-w8a8`: int8 weights (per-channel scales) and dynamic per-row int8 activations, on
   ltx-tui's Triton int8 GEMM (plain torch on the CPU).
 NVFP4 is LTX-2's loader's (its `--quantization nvfp4-*` policies act while the model is built),
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -76,6 +80,16 @@ class FP8CastLinear(_QuantLinear):
         return F.linear(x, w, None if self.bias is None else self.bias.to(x.dtype))
 
 
+class QuantizedRows(NamedTuple):
+    """Activations already quantized per row for an fp8-scaled-mm linear: (rows, K) fp8, their fp32
+    scales, and the leading shape and dtype of the activations they stand for."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    lead: tuple[int, ...]
+    dtype: torch.dtype
+
+
 class FP8ScaledMMLinear(_QuantLinear):
     method = "fp8-scaled-mm"
     fast_accum = True  # bench/ltx2_dit.py's ablation turns it off
@@ -94,7 +108,9 @@ class FP8ScaledMMLinear(_QuantLinear):
         self.weight = nn.Parameter(w.to(torch.float8_e4m3fn), requires_grad=False)
         self.register_buffer("weight_scale", scale.float())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        if isinstance(x, QuantizedRows):  # from GeluQuantized (only ahead of row scales)
+            return self._mm(x.q, x.scale[:, None], self.weight_scale[None, :], x.lead, x.dtype)
         x2, lead = self._flat(x)
         if self.scales == "row":
             xq, xs = quantize_rows(x2, torch.float8_e4m3fn)
@@ -103,10 +119,48 @@ class FP8ScaledMMLinear(_QuantLinear):
             sa = (x2.abs().amax().float().clamp(min=1e-12) / FP8_MAX).reshape(())
             xq = (x2.float() / sa).to(torch.float8_e4m3fn)
             sb = self.weight_scale.reshape(())
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=x.dtype,
+        return self._mm(xq, sa, sb, lead, x.dtype)
+
+    def _mm(self, xq, sa, sb, lead, dtype) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(dtype)
+        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=dtype,
                              use_fast_accum=self.fast_accum)
         return y.reshape(*lead, self.out_features)
+
+
+class GeluQuantized(nn.Module):
+    """LTX-2's GELUApprox (tanh GELU of its `proj`) feeding an fp8-scaled-mm linear with row scales:
+    `proj`'s output goes through the GELU and the row quantization in one pass, and the next linear
+    takes the `QuantizedRows`."""
+
+    enabled = True  # bench/ltx2_dit.py's ablation turns it off
+
+    def __init__(self, proj: FP8ScaledMMLinear) -> None:
+        super().__init__()
+        self.proj = proj
+
+    def forward(self, x: torch.Tensor) -> QuantizedRows:
+        h = self.proj(x)
+        q, s = quantize_rows(h.reshape(-1, h.shape[-1]), torch.float8_e4m3fn, gelu=True)
+        return QuantizedRows(q, s, tuple(h.shape[:-1]), h.dtype)
+
+
+def _ltx2_gelu(module: nn.Module) -> bool:
+    """LTX-2 v1.2.0's GELUApprox (ltx_core/model/transformer/gelu_approx.py): tanh GELU of `proj`."""
+    cls = type(module)
+    return cls.__name__ == "GELUApprox" and cls.__module__ == "ltx_core.model.transformer.gelu_approx"
+
+
+def fuse_gelu(model: nn.Module) -> list[str]:
+    """Put `GeluQuantized` in every LTX-2 FeedForward `net` (GELUApprox, Identity, Linear) whose two
+    linears are fp8-scaled-mm with row scales; returns the names of the `net`s."""
+    fused = []
+    for name, net in model.named_modules() if GeluQuantized.enabled else ():
+        if (isinstance(net, nn.Sequential) and len(net) == 3 and _ltx2_gelu(net[0]) and type(net[1]) is nn.Identity
+                and all(isinstance(m, FP8ScaledMMLinear) and m.scales == "row" for m in (net[0].proj, net[2]))):
+            net[0] = GeluQuantized(net[0].proj)
+            fused.append(name)
+    return fused
 
 
 class Int8Linear(_QuantLinear):

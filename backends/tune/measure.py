@@ -204,7 +204,8 @@ def _dit_pair(values: dict, shapes: RunShapes, device: str, dtype: torch.dtype, 
                          attention_head_dim=S.DIT_HEAD_DIM, cross_attention_dim=S.DIT_HEADS * S.DIT_HEAD_DIM)
     model = ltx2.wake_zero_tables(model.eval()).to(device=device, dtype=dtype)  # buffers made on the CPU too
     inputs = ltx2.transformer_inputs(tokens=shapes.dit_tokens, context=S.TEXT_TOKENS, device=device, dtype=dtype,
-                                     channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False)
+                                     channels=128, context_dim=S.DIT_HEADS * S.DIT_HEAD_DIM, with_audio=False,
+                                     padded=0)  # no text mask: LTX-2's pipelines pass context_mask=None
     rest = S.DIT_LAYERS / PAIR - 1  # the other blocks of a whole DiT, in pairs
     with torch.inference_mode():
         want = model(*inputs)[0].clone()
