@@ -140,8 +140,10 @@ def attentions() -> None:
                                                   v.transpose(1, 2)).transpose(1, 2)
 
     def kernel_only(q, k, v):
-        (q8, sq), (k8, sk), (v8, sv) = fp8._quantize(q), fp8._quantize(k), fp8._quantize(v)
-        return lambda: fp8.sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, d**-0.5)[0]
+        from kernels.fp8_qkv import quantize_qkv
+
+        q8, k8, v8, scalars = quantize_qkv(q, k, v, fp8.P_SCALE, fp8.O_HEADROOM)
+        return lambda: fp8.sdpa_fp8_quantized(q8, k8, v8, scalars, d**-0.5)
 
     for label, sq_len, skv in ATTENTIONS:
         errors: dict[str, list[float]] = {}

@@ -433,11 +433,31 @@ def test_scale_cast_in_one_pass(divide):
         scale_cast(x, torch.ones(2), torch.float16, divide)
 
 
+def test_fp8_qkv_scales_and_cudnn_scalars_in_two_launches():
+    from kernels import fp8_qkv
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 37, 2, 16, generator=g) * 3  # sizes off the kernel's block: masked tails
+    k, v = torch.randn(1, 5000, 2, 16, generator=g), torch.randn(1, 5000, 2, 16, generator=g) * 0.5
+    q8, k8, v8, scalars = fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0)
+    sq, sk, sv = (t.abs().max() / 448 for t in (q, k, v))
+    got = [fp8_qkv.scalar(scalars, i).item() for i in range(7)]
+    want = [sq, sk, sv, 1 / 256, 256.0, 1 / (2 * sv), 2 * sv]
+    assert got == pytest.approx([float(w) for w in want], rel=1e-6)
+    for t, t8, s in ((q, q8, sq), (k, k8, sk), (v, v8, sv)):
+        assert t8.dtype == torch.float8_e4m3fn and t8.shape == t.shape
+        # within e4m3's rounding (Triton's interpreter rounds to fp8 coarser than the GPU does)
+        assert ((t8.float() * s - t).abs().max() / t.abs().max()) < 0.15
+    with pytest.raises(ValueError, match="one device"):
+        fp8_qkv.quantize_qkv(q, k, v.to("meta"), 256.0, 2.0)
+
+
 def test_fp8_attention_takes_the_large_calls_of_each_stage():
     from backends.runtime.dense_attention import takes_fp8
 
-    assert takes_fp8(6144, 6144) and takes_fp8(24576, 24576) and takes_fp8(6144, 1024)
+    assert takes_fp8(6144, 6144) and takes_fp8(24576, 24576) and takes_fp8(2048, 2048)
     assert not takes_fp8(1536, 1536)  # distilled's stage 1 at 768x512
+    assert not takes_fp8(6144, 1024) and not takes_fp8(24576, 1024)  # the video-text cross-attention
     assert not takes_fp8(126, 24576) and not takes_fp8(24576, 126)  # the audio tokens' cross-attentions
 
 

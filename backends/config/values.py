@@ -113,7 +113,7 @@ VALUES: dict[str, dict[str, Value]] = {
         "sdpa_cudnn": Value("SDPA's cuDNN backend available", needs=("attention.sdpa_cudnn",),
                             step="dense_attention", bound=KERNEL, tuned=True),
         "sdpa_cudnn_fp8": Value("cuDNN's fp8 attention (q, k, v, softmax and output in e4m3 with per-tensor "
-                                "scales) on the DiT's unmasked attentions of at least 2048 x 2048 tokens (1024 a side); "
+                                "scales) on the DiT's unmasked attentions of at least 2048 tokens a side (its video self-attention); "
                                 "the rest on SDPA's cuDNN backend", needs=("attention.cudnn_fp8",),
                                 step="dense_attention", bound=QUANTIZED, tuned=True),
         "sdpa_flash": Value("SDPA's flash backend available", needs=("attention.sdpa_flash",),

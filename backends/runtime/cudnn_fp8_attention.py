@@ -1,11 +1,14 @@
 """FP8 attention for the DiT on cuDNN's fused fp8 SDPA (the `cudnn` frontend, nvidia-cudnn-frontend).
 
 `sdpa_fp8(q, k, v, scale)` takes bf16/fp16 (B, S, heads, head_dim) tensors, quantizes q, k and v
-to float8_e4m3fn with one scale per tensor (amax / 448: a max reduction and a one-pass Triton
-cast each, `kernels.scale_cast`), runs cuDNN's fp8 flash attention (softmax probabilities
+to float8_e4m3fn with one scale per tensor (amax / 448: one max reduction over the three and one
+cast launch, which also writes cuDNN's scalars, `kernels.fp8_qkv`), runs cuDNN's fp8 flash
+attention (softmax probabilities
 requantized to e4m3 at x256 for the P @ V product, fp32 softmax) and returns the output in q's
-dtype and layout. On Hopper cuDNN writes O in e4m3 only: O is a convex combination of v's rows,
-so O's scale is v's scale x 2 (headroom for the rounding of P) and nothing saturates. Graphs are
+dtype and layout (`kernels.scale_cast`). On Hopper cuDNN writes O in e4m3 only: O is a convex
+combination of v's rows, so O's scale is v's scale x 2 (headroom for the rounding of P) and nothing
+saturates. Five launches a call (a memset, the two quantization kernels, cuDNN's, the output's
+cast), and no host sync. Graphs are
 built once per (shape, strides, device) and cached, with one cuDNN handle per device, made on that
 device (its stream set and the graph run under a lock). The whole call is one torch custom op
 (`ltx_tui::sdpa_fp8`), so torch.compile keeps a block that calls it in one graph (called eagerly
@@ -23,10 +26,13 @@ import threading
 
 import torch
 
-from kernels.int8_gemm import FP8_MAX
+from kernels import fp8_qkv
+from kernels.scale_cast import scale_cast
 
 P_SCALE = 256.0  # softmax probabilities in [0, 1] -> [0, 256]: a power of two, inside e4m3's range
 O_HEADROOM = 2.0
+# the slots of kernels.fp8_qkv's scalars, in the order of _Graph.scalars (dq, dk, dv, ds, ss, so)
+SLOTS = (fp8_qkv.Q, fp8_qkv.K, fp8_qkv.V, fp8_qkv.DESCALE_S, fp8_qkv.SCALE_S, fp8_qkv.SCALE_O)
 
 
 @functools.cache
@@ -78,14 +84,6 @@ def _device_reason(device: torch.device) -> str | None:
     return unavailable_reason()
 
 
-def _quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t / s as e4m3, s as a (1, 1, 1, 1) fp32 tensor) with s = amax(|t|) / 448."""
-    from kernels.scale_cast import scale_cast
-
-    s = (torch.linalg.vector_norm(t, float("inf")).float().clamp(min=1e-12) / FP8_MAX).reshape(1, 1, 1, 1)
-    return scale_cast(t, s, torch.float8_e4m3fn, True), s
-
-
 _HANDLES: dict[torch.device, object] = {}
 _LOCK = threading.Lock()  # a handle's stream is set, then the graph runs: one thread at a time
 
@@ -134,22 +132,17 @@ class _Graph:
         self.graph = g
         self.workspace_size = g.get_workspace_size()
 
-    def run(self, q8, k8, v8, sq, sk, sv, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, q8, k8, v8, scalars, device) -> torch.Tensor:
         handle = _handle(device)
         out = torch.empty(self.out_shape, dtype=torch.float8_e4m3fn, device=device)
         amax = torch.empty(2, 1, 1, 1, dtype=torch.float32, device=device)  # outputs cuDNN requires; unread
-        # made per call, not cached: a tensor first made while a CUDA graph records would stay in its pool
-        consts = (torch.full((1, 1, 1, 1), 1.0 / P_SCALE, dtype=torch.float32, device=device),
-                  torch.full((1, 1, 1, 1), P_SCALE, dtype=torch.float32, device=device))
-        so = 1.0 / (O_HEADROOM * sv)
-        dq, dk, dv, ds, ss, so_t = self.scalars
         workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
-        pack = {self.q: q8, self.k: k8, self.v: v8, dq: sq, dk: sk, dv: sv, ds: consts[0], ss: consts[1],
-                so_t: so, self.o: out, self.amax_s: amax[0:1], self.amax_o: amax[1:2]}
+        pack = {self.q: q8, self.k: k8, self.v: v8, self.o: out, self.amax_s: amax[0:1], self.amax_o: amax[1:2]}
+        pack.update({t: fp8_qkv.scalar(scalars, slot) for t, slot in zip(self.scalars, SLOTS)})
         with _LOCK:
             _cudnn().set_stream(handle=handle, stream=torch.cuda.current_stream(device).cuda_stream)
             self.graph.execute(pack, workspace, handle=handle)
-        return out, sv * O_HEADROOM
+        return out
 
 
 _GRAPHS: dict[tuple, _Graph] = {}
@@ -163,17 +156,17 @@ def _graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> _
     return g
 
 
-def sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cuDNN's fp8 SDPA on pre-quantized e4m3 (B, S, heads, head_dim) tensors with (1, 1, 1, 1) fp32
-    descales; returns (O in e4m3, contiguous (B, S, heads, head_dim); O's descale)."""
+def sdpa_fp8_quantized(q8, k8, v8, scalars: torch.Tensor, scale: float) -> torch.Tensor:
+    """cuDNN's fp8 SDPA on e4m3 (B, S, heads, head_dim) tensors and `kernels.fp8_qkv`'s scalars;
+    returns O in e4m3, contiguous (B, S, heads, head_dim) (its descale: scalar DESCALE_O)."""
     if any(t.dtype != torch.float8_e4m3fn for t in (q8, k8, v8)):
         raise ValueError(f"q, k, v must be float8_e4m3fn (got {q8.dtype}, {k8.dtype}, {v8.dtype})")
-    if any(s.shape != (1, 1, 1, 1) or s.dtype != torch.float32 for s in (sq, sk, sv)):
-        raise ValueError("the descales must be (1, 1, 1, 1) fp32 tensors")
+    if scalars.dtype != torch.float32 or scalars.numel() != 7 * fp8_qkv.STRIDE:
+        raise ValueError(f"scalars must be kernels.fp8_qkv.quantize_qkv's ({7 * fp8_qkv.STRIDE} fp32)")
     if k8.stride() != v8.stride() or k8.shape != v8.shape:
         raise ValueError(f"k and v must share shape and strides (got {tuple(k8.shape)} {k8.stride()} and "
                          f"{tuple(v8.shape)} {v8.stride()})")
-    return _graph(q8, k8, v8, scale).run(q8, k8, v8, sq, sk, sv, q8.device)
+    return _graph(q8, k8, v8, scale).run(q8, k8, v8, scalars, q8.device)
 
 
 def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -183,11 +176,9 @@ def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | N
     if why:
         raise RuntimeError(f"fp8 SDPA cannot run: {why}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    (q8, sq), (k8, sk), (v8, sv) = _quantize(q), _quantize(k), _quantize(v)
-    out, so = sdpa_fp8_quantized(q8, k8, v8, sq, sk, sv, scale)
-    from kernels.scale_cast import scale_cast
-
-    return scale_cast(out, so.reshape(1), q.dtype, False)
+    q8, k8, v8, scalars = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM)
+    out = sdpa_fp8_quantized(q8, k8, v8, scalars, scale)
+    return scale_cast(out, scalars[fp8_qkv.DESCALE_O * fp8_qkv.STRIDE:][:1], q.dtype, False)
 
 
 @torch.library.custom_op("ltx_tui::sdpa_fp8", mutates_args=())

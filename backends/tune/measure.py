@@ -28,7 +28,6 @@ process, which finds the compile cache warm).
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 import types
@@ -113,7 +112,7 @@ def na_backend(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -
 
 
 def attention(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) -> tuple[float, float]:
-    from backends.runtime.dense_attention import FP8, FP8_MIN_SCORES, DenseFunction
+    from backends.runtime.dense_attention import FP8, FP8_MIN_TOKENS, DenseFunction
 
     fn = DenseFunction(value)
     g = torch.Generator(device).manual_seed(0)
@@ -121,7 +120,7 @@ def attention(value: str, shapes: RunShapes, device: str, dtype: torch.dtype) ->
     q, k, v = (_rand(shape, device, dtype, g) * (S.DIT_HEAD_DIM ** -0.25) for _ in range(3))
     with torch.inference_mode():
         ms = bench(lambda: fn(q, k, v, S.DIT_HEADS), device) * S.DIT_LAYERS
-        n = min(shapes.dit_tokens, CROP * 64 if value != FP8 else math.isqrt(FP8_MIN_SCORES))  # fp8 at its size
+        n = min(shapes.dit_tokens, CROP * 64 if value != FP8 else FP8_MIN_TOKENS)  # fp8 at its size
         qc, kc, vc = (t[:1, :n] for t in (q, k, v))
         out = fn(qc, kc, vc, S.DIT_HEADS)
         ref = DenseFunction("sdpa_math")(*(t.float() for t in (qc, kc, vc)), S.DIT_HEADS)
