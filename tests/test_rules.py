@@ -242,6 +242,13 @@ def test_reduce_overhead_with_offload_none_on_one_gpu_warns_that_ltx2_raises():
     assert ok["compile.mode"].status is Status.OK
 
 
+def test_capture_says_what_it_captures():
+    d = by_option(P(compile__enabled=True, compile__capture=True), preset("h200"))["compile.capture"]
+    assert (d.status, d.effective) == (Status.WARNING, True)  # LTX-2's own builder would raise; ours captures
+    said = " ".join(step.reason for step in d.chain)
+    assert "LTX-2's block loop as one CUDA graph per input shape" in said and "True" not in said
+
+
 def test_cuda_graphs_over_streamed_weights_fall_back_to_plain_compile():
     d = by_option(P(compile__enabled=True, compile__mode="max-autotune", compile__capture=True, offload__mode="cpu"),
                   preset("h100"))

@@ -900,10 +900,13 @@ class _Resolver:
                 self.put(key, plain, Status.FALLBACK, [Step(_plain(asked), "CUDA graphs"),
                                                        Step(_plain(plain), rule.message(f))],
                          [rule.id], rule.message(f), rule.fix(f))
-            elif not RULES["compile.cuda-graphs-single-gpu"].holds(f):
-                self.warn(key, "compile.cuda-graphs-single-gpu", reason=f"{_plain(asked)} (CUDA graphs)")
             else:
-                self.ok(key, f"{_plain(asked)} (CUDA graphs)", rules=["compile.cuda-graphs-cuda"])
+                what = f"{_plain(asked)} (CUDA graphs)" if key == "compile.mode" else \
+                    "captured: LTX-2's block loop as one CUDA graph per input shape"
+                if not RULES["compile.cuda-graphs-single-gpu"].holds(f):
+                    self.warn(key, "compile.cuda-graphs-single-gpu", reason=what)
+                else:
+                    self.ok(key, what, rules=["compile.cuda-graphs-cuda"])
         backend = value("compile.backend", c.backend)
         if backend.needs:
             self.require("compile.backend", backend.needs, backend.text)
