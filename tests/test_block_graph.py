@@ -94,3 +94,25 @@ def test_blocks_under_a_captured_loop_compile_without_graphs_of_their_own():
     # a model without LTX-2's loop keeps Inductor's CUDA graphs, one per block
     assert compile_kwargs({**base, "mode": "default"})["options"] == {"triton.cudagraphs": True}
     assert compile_kwargs({**base, "mode": "reduce-overhead"})["mode"] == "reduce-overhead"
+
+
+def test_disposing_the_dit_in_a_run_releases_its_loop_graphs():
+    """LTX-2's registry keeps a disposed model's shell: graphs left on it would hold their pool and
+    static buffers through the decode."""
+    from types import SimpleNamespace
+
+    from backends.launch import hooks
+
+    model = ltx2.tiny_transformer(layers=1)
+    x0 = nn.Module()
+    x0.velocity_model = model  # as LTX-2's X0Model holds the LTXModel
+    graphs = block_graph.capture_loop(x0)
+    assert model._process_transformer_blocks is graphs
+    disposed = []
+    for kept in (model, None):  # the DiT kept for the next stage keeps its graphs; any other is released
+        graphs.graphs["a signature"], graphs.pool = object(), object()
+        dispose = hooks.Hooks._wrap_dispose(SimpleNamespace(kept=kept and ("key", kept)), disposed.append)
+        dispose(x0)
+        assert bool(graphs.graphs) == (kept is not None) and (graphs.pool is None) == (kept is None)
+    assert disposed == [x0]
+    assert block_graph.release_loop_graphs(x0) and not block_graph.release_loop_graphs(nn.Linear(2, 2))

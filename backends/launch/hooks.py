@@ -37,6 +37,7 @@ import torch.nn as nn
 
 from backends.config.plan import Plan
 from backends.launch.meter import Meter, forward_hook, forward_pre_hook
+from backends.runtime.block_graph import release_loop_graphs
 from backends.runtime.ltx2 import is_diffusion_decoder
 
 MARK = "_ltx_tui_applied"  # set on every model the plan was applied to
@@ -226,6 +227,7 @@ class Hooks:
         meta; LTX-2's registry still holds the shell, which the shell guard never hands out)."""
         if self.kept is not None:
             model, self.kept = self.kept[1], None
+            release_loop_graphs(model)
             if hasattr(model, "dispose"):
                 model.dispose()
 
@@ -235,6 +237,7 @@ class Hooks:
         def dispose(self):
             if hooks.kept is not None and getattr(self, "velocity_model", None) is hooks.kept[1]:
                 return  # kept on the device for the run's next stage
+            release_loop_graphs(self)  # compile.capture's graphs: LTX-2's registry keeps the disposed shell
             return original(self)
         dispose.__wrapped__ = original
         return dispose

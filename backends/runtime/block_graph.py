@@ -17,8 +17,10 @@ buffers (copies of the call's tensors), two warm-up runs of the loop on a side s
 there), then a capture; every call copies its tensors into the static buffers and replays. The
 returned `TransformerArgs` live in the graph's memory until the next replay: LTX-2's forward reads
 them straight into its output projection. The graphs of one model share one memory pool (calls
-never overlap), held until the model is let go. A loop the graph cannot capture (a host sync
-inside it) runs eagerly from then on; `reason` says why.
+never overlap), held until `release_loop_graphs(model)` or until the model is let go; LTX-2's
+`dispose` keeps the module (its registry holds the shell), so whoever disposes the DiT releases
+them first (`ltx-tui run` does). A loop the graph cannot capture (a host sync inside it) runs
+eagerly from then on; `reason` says why.
 """
 
 from __future__ import annotations
@@ -143,6 +145,11 @@ class LoopGraphs:
         self.replays += 1
         return g.out
 
+    def release(self) -> None:
+        """Free the graphs, their static buffers and their pool; a later call captures again."""
+        self.graphs.clear()
+        self.pool = None
+
     def _give_up(self, reason: str) -> None:
         self.reason = reason
         self.graphs.clear()
@@ -174,3 +181,13 @@ def capture_loop(model: torch.nn.Module) -> LoopGraphs | None:
     graphs = LoopGraphs(owner, getattr(owner, LOOP))
     setattr(owner, LOOP, graphs)
     return graphs
+
+
+def release_loop_graphs(model: torch.nn.Module) -> bool:
+    """Release the `LoopGraphs` on `model`'s LTXModel, if any (True: there were)."""
+    owner = loop_owner(model)
+    graphs = getattr(owner, LOOP, None) if owner is not None else None
+    if not isinstance(graphs, LoopGraphs):
+        return False
+    graphs.release()
+    return True
