@@ -44,6 +44,8 @@ def test_a_signature_follows_shapes_strides_and_baked_in_values(model_and_args):
     assert block_graph.args_key(None) is None
     with pytest.raises(TypeError):  # a field the graph would bake in but cannot compare
         block_graph.args_key(dataclasses.replace(v, enabled=[True]))
+    with pytest.raises(TypeError, match="cannot be keyed"):  # a tensor in it would be keyed by identity
+        block_graph.args_key(dataclasses.replace(v, positional_embeddings=(cos, 1.0)))
 
 
 def test_static_buffers_are_copies_and_take_each_calls_values(model_and_args):

@@ -12,7 +12,7 @@ from backends.runtime import ltx2, quant
 from kernels.int8_gemm import quantize_rows, quantize_rows_torch, quantize_rows_triton
 
 
-def test_quantizing_a_gelu_quantizes_its_tanh_gelu():
+def test_quantizing_a_gelu_quantizes_its_tanh_gelu():  # the plain-torch path (the kernel: below)
     x = torch.randn(6, 40) * 3
     q, s = quantize_rows(x, torch.int8, gelu=True)
     want_q, want_s = quantize_rows(F.gelu(x, approximate="tanh"), torch.int8)
@@ -56,3 +56,10 @@ def test_only_fp8_row_scales_on_both_linears_fuse():
     assert quant.fuse_gelu(ff) == []
     other = torch.nn.Sequential(torch.nn.GELU(), torch.nn.Identity(), torch.nn.Linear(4, 4))  # not LTX-2's GELUApprox
     assert quant.fuse_gelu(other) == []
+
+
+def test_quantized_rows_only_feed_a_linear_with_row_scales():
+    lin = quant.FP8ScaledMMLinear(torch.nn.Linear(32, 16), scales="tensor")
+    q, s = quantize_rows(torch.randn(4, 32), torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="row scales"):
+        lin(quant.QuantizedRows(q, s, (4,), torch.float32))

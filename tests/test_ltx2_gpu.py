@@ -152,6 +152,7 @@ def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):
     with pytest.warns(UserWarning, match="capture failed"):
         got = run(ours, inputs)
     assert graphs.reason and not graphs.graphs
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()  # the failed capture gave the stream back
     assert torch.equal(got[0], want[0]) and torch.equal(run(ours, inputs)[0], want[0])
 
 

@@ -17,10 +17,11 @@ buffers (copies of the call's tensors), two warm-up runs of the loop on a side s
 there), then a capture; every call copies its tensors into the static buffers and replays. The
 returned `TransformerArgs` live in the graph's memory until the next replay: LTX-2's forward reads
 them straight into its output projection. The graphs of one model share one memory pool (calls
-never overlap), held until `release_loop_graphs(model)` or until the model is let go; LTX-2's
-`dispose` keeps the module (its registry holds the shell), so whoever disposes the DiT releases
-them first (`ltx-tui run` does). A loop the graph cannot capture (a host sync inside it) runs
-eagerly from then on; `reason` says why.
+never overlap), held until `release_loop_graphs(model)`: LTX-2's `dispose` keeps the module (its
+registry holds the shell), so whoever disposes the DiT releases them first (`ltx-tui run` does).
+Capture and replay run on the call's device. A loop the graph cannot capture (a host sync inside
+it) runs eagerly from then on, `reason` says why; a call that cannot be keyed (perturbation masks
+without their host copy) runs eagerly on its own.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def _field_key(value: Any) -> Hashable:
         return _tensor_key(value)
     if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
         return tuple(_tensor_key(v) for v in value)
+    if isinstance(value, (tuple, list, dict)):  # a tensor inside would be keyed by its identity
+        raise TypeError(f"a {type(value).__name__} field that is not a tuple of tensors cannot be keyed")
     hash(value)  # a value the graph bakes in must be comparable; TypeError otherwise
     return ("value", value)
 
@@ -104,21 +107,24 @@ class _Graph:
 
 
 class LoopGraphs:
-    """Stands in for `owner._process_transformer_blocks`: captures it per signature, replays."""
+    """Stands in for `owner._process_transformer_blocks`: captures it per signature, replays. One
+    caller at a time (the static buffers are shared), as LTX-2 calls its DiT."""
 
     def __init__(self, owner: torch.nn.Module, loop: Callable) -> None:
+        self.owner = owner
         self.loop = loop
-        self._signature = getattr(owner.block_input_processor, "graph_signature", None)
         self.graphs: dict[Hashable, _Graph] = {}
         self.pool = None
         self.replays = 0
-        self.reason: str | None = None  # why the loop runs eagerly (None: it is captured)
+        self.eager_calls = 0  # calls that could not be keyed (run eagerly, each on its own)
+        self.reason: str | None = None  # why the loop runs eagerly from now on (None: it is captured)
 
     def key(self, video: Any, audio: Any, perturbations: Any) -> Hashable:
         masks, host = perturbations.block_masks, perturbations.block_masks_cpu
         if host is None:
             raise ValueError("the perturbation masks have no host copy, which says which branches each block runs")
-        which = self._signature(perturbations) if self._signature else tuple(host.flatten().tolist())
+        signature = getattr(self.owner.block_input_processor, "graph_signature", None)
+        which = signature(perturbations) if signature else tuple(host.flatten().tolist())
         return args_key(video), args_key(audio), _tensor_key(masks), which
 
     def __call__(self, video: Any, audio: Any, perturbations: Any):
@@ -127,21 +133,21 @@ class LoopGraphs:
             return self.loop(video, audio, perturbations)
         try:
             key = self.key(video, audio, perturbations)
-        except (TypeError, ValueError) as e:
-            self._give_up(f"the call cannot be keyed: {e}")
+        except (TypeError, ValueError):  # this call only: the next may carry what a key needs
+            self.eager_calls += 1
             return self.loop(video, audio, perturbations)
-        g = self.graphs.get(key)
-        if g is None:
-            try:
-                g = self.graphs[key] = self._capture(video, audio, perturbations)
-            except RuntimeError as e:  # an op inside the loop that a graph cannot hold
-                self._give_up(f"capture failed: {' '.join(str(e).split())[:300]}")
-                return self.loop(video, audio, perturbations)
-        else:
-            copy_args(g.video, video)
-            copy_args(g.audio, audio)
-            g.masks.copy_(perturbations.block_masks)
-        g.graph.replay()
+        with torch.cuda.device(x.device):
+            g = self.graphs.get(key)
+            if g is None:
+                g = self._capture(video, audio, perturbations)
+                if g is None:
+                    return self.loop(video, audio, perturbations)
+                self.graphs[key] = g
+            else:
+                copy_args(g.video, video)
+                copy_args(g.audio, audio)
+                g.masks.copy_(perturbations.block_masks)
+            g.graph.replay()
         self.replays += 1
         return g.out
 
@@ -150,26 +156,37 @@ class LoopGraphs:
         self.graphs.clear()
         self.pool = None
 
-    def _give_up(self, reason: str) -> None:
-        self.reason = reason
-        self.graphs.clear()
-        warnings.warn(f"compile.capture: the transformer block loop runs without a CUDA graph: {reason}", stacklevel=3)
-
-    def _capture(self, video: Any, audio: Any, perturbations: Any) -> _Graph:
+    def _capture(self, video: Any, audio: Any, perturbations: Any) -> _Graph | None:
+        """A new signature's graph (on the current device, the call's); None when the loop cannot be
+        captured: then it runs eagerly from now on, and `reason` says why."""
         sv, sa = static_args(video), static_args(audio)
         masks = perturbations.block_masks.clone()
         sp = type(perturbations).from_masks(masks, perturbations.block_masks_cpu)
+        caller = torch.cuda.current_stream()
         side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # compiles (and autotunes) here, outside the capture
+        side.wait_stream(caller)
+        with torch.cuda.stream(side):  # compiles (and autotunes) here, outside the capture; errors are the loop's
             for _ in range(WARMUP_RUNS):
                 self.loop(sv, sa, sp)
-        torch.cuda.current_stream().wait_stream(side)
+        caller.wait_stream(side)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = self.loop(sv, sa, sp)
+        failure = None
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = self.loop(sv, sa, sp)
+        except RuntimeError as e:  # an op inside the loop that a graph cannot hold (a host sync)
+            cause = e.__context__ or e
+            failure = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
+        finally:  # a capture that failed ends without giving the caller's stream back
+            torch.cuda.set_stream(caller)
+        if failure is not None:
+            self.reason = f"capture failed: {failure}"
+            self.release()
+            warnings.warn(f"compile.capture: the transformer block loop runs without a CUDA graph: {self.reason}",
+                          stacklevel=3)
+            return None
         return _Graph(graph, sv, sa, masks, out)
 
 

@@ -109,7 +109,9 @@ class FP8ScaledMMLinear(_QuantLinear):
         self.register_buffer("weight_scale", scale.float())
 
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
-        if isinstance(x, QuantizedRows):  # from GeluQuantized (only ahead of row scales)
+        if isinstance(x, QuantizedRows):  # from GeluQuantized
+            if self.scales != "row":
+                raise ValueError("QuantizedRows carry row scales; this linear has one scale per tensor")
             return self._mm(x.q, x.scale[:, None], self.weight_scale[None, :], x.lead, x.dtype)
         x2, lead = self._flat(x)
         if self.scales == "row":
