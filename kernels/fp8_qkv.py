@@ -19,6 +19,7 @@ import triton.language as tl
 
 STRIDE = 4  # floats between two scalars
 Q, K, V, DESCALE_S, SCALE_S, SCALE_O, DESCALE_O = range(7)  # the scalars' slots
+SIZE = 7 * STRIDE  # floats in `quantize_qkv`'s scalars
 BLOCK = 4096
 
 
@@ -93,7 +94,7 @@ def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: flo
         raise ValueError(f"q, k, v must be on one device (got {q.device}, {k.device}, {v.device})")
     q, k, v = (t.contiguous() for t in (q, k, v))
     amax = torch.zeros(3, dtype=torch.float32, device=q.device)
-    scalars = torch.empty(7 * STRIDE, dtype=torch.float32, device=q.device)
+    scalars = torch.empty(SIZE, dtype=torch.float32, device=q.device)
     out = [torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device) for t in (q, k, v)]
     sizes = [t.numel() for t in (q, k, v)]
     grid = (sum(triton.cdiv(n, BLOCK) for n in sizes),)

@@ -116,7 +116,6 @@ class LoopGraphs:
         self.graphs: dict[Hashable, _Graph] = {}
         self.pool = None
         self.replays = 0
-        self.eager_calls = 0  # calls that could not be keyed (run eagerly, each on its own)
         self.reason: str | None = None  # why the loop runs eagerly from now on (None: it is captured)
 
     def key(self, video: Any, audio: Any, perturbations: Any) -> Hashable:
@@ -133,8 +132,7 @@ class LoopGraphs:
             return self.loop(video, audio, perturbations)
         try:
             key = self.key(video, audio, perturbations)
-        except (TypeError, ValueError):  # this call only: the next may carry what a key needs
-            self.eager_calls += 1
+        except (TypeError, ValueError):  # eager for this call only: the next may carry what a key needs
             return self.loop(video, audio, perturbations)
         with torch.cuda.device(x.device):
             g = self.graphs.get(key)

@@ -161,8 +161,8 @@ def sdpa_fp8_quantized(q8, k8, v8, scalars: torch.Tensor, scale: float) -> torch
     returns O in e4m3, contiguous (B, S, heads, head_dim) (its descale: scalar DESCALE_O)."""
     if any(t.dtype != torch.float8_e4m3fn for t in (q8, k8, v8)):
         raise ValueError(f"q, k, v must be float8_e4m3fn (got {q8.dtype}, {k8.dtype}, {v8.dtype})")
-    if scalars.dtype != torch.float32 or scalars.numel() != 7 * fp8_qkv.STRIDE:
-        raise ValueError(f"scalars must be kernels.fp8_qkv.quantize_qkv's ({7 * fp8_qkv.STRIDE} fp32)")
+    if scalars.dtype != torch.float32 or scalars.numel() != fp8_qkv.SIZE:
+        raise ValueError(f"scalars must be kernels.fp8_qkv.quantize_qkv's ({fp8_qkv.SIZE} fp32)")
     if k8.stride() != v8.stride() or k8.shape != v8.shape:
         raise ValueError(f"k and v must share shape and strides (got {tuple(k8.shape)} {k8.stride()} and "
                          f"{tuple(v8.shape)} {v8.stride()})")
@@ -178,7 +178,7 @@ def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | N
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     q8, k8, v8, scalars = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM)
     out = sdpa_fp8_quantized(q8, k8, v8, scalars, scale)
-    return scale_cast(out, scalars[fp8_qkv.DESCALE_O * fp8_qkv.STRIDE:][:1], q.dtype, False)
+    return scale_cast(out, fp8_qkv.scalar(scalars, fp8_qkv.DESCALE_O), q.dtype, False)
 
 
 @torch.library.custom_op("ltx_tui::sdpa_fp8", mutates_args=())
