@@ -4,6 +4,7 @@ Triton NA inside every DiffVAE layout (compiled ones included) against LTX-2's o
 TritonNaAttention; the DiT with CUDA-graph compile, offload and FP8/INT8 linears against itself."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -120,7 +121,8 @@ def test_captured_block_loop_matches_eager(dit, quantization):
     model, inputs = dit
     bigger = ltx2.transformer_inputs(tokens=45, seed=3, device="cuda", dtype=torch.bfloat16)
     perturbed = (*inputs[:2], _skip_video_self_attention(3))
-    calls = (inputs, inputs, bigger, perturbed, inputs, bigger)
+    # a signature's first call runs the loop as it is, its second captures it, later ones replay
+    calls = (inputs, inputs, bigger, perturbed, perturbed, inputs, bigger)
     wants = [run(model, c) for c in calls]
     ours = copy.deepcopy(model)
     report = apply_profile(ours, P(compile__enabled=True, compile__capture=True,
@@ -131,9 +133,70 @@ def test_captured_block_loop_matches_eager(dit, quantization):
     outs = [run(ours, c) for c in calls]
     for i, (got, want) in enumerate(zip(outs, wants)):  # earlier outputs survive later replays
         assert rel(got[0], want[0]) < bound and rel(got[1], want[1]) < bound, i
-    assert not torch.equal(outs[3][0], outs[0][0])  # the perturbed pass ran its own graph
-    assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == len(calls)
+    assert not torch.equal(outs[4][0], outs[0][0])  # the perturbed pass ran its own graph
+    assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == 4
+    assert all(g.graph is not None for g in graphs.graphs.values())
     assert report.compile_health().compiled
+
+
+def _masked_batch(call):
+    """(video, audio, perturbations), a batch of two for the `dit` model, whose masks' values depend on
+    `call` (0 or 1) but never their shapes, dtypes or which attention branches they select. The masks
+    LTX-2's block loop reads as tensors: each modality's text mask (`context_mask`, the additive bias
+    the preprocessor makes of `Modality.context_mask`), the video self-attention mask
+    (`self_attention_mask`, from `Modality.attention_mask`) and the perturbation keep-masks
+    (`block_masks`, of which the blocks read per-sample slices). Of the perturbations, only what the
+    block specialises on is in the signature (LTX-2's `graph_signature`: per block, whether some, all
+    or none of the batch skips each attention), so each perturbed attention here skips one sample of
+    two: swapping the samples between the calls keeps the signature and changes the mask values."""
+    from ltx_core.guidance.perturbations import BatchedPerturbationConfig, Perturbation, PerturbationConfig, \
+        PerturbationType as T
+
+    samples = [ltx2.transformer_inputs(tokens=37, seed=s, device="cuda", dtype=torch.bfloat16) for s in (0, 1)]
+    video, audio = (dataclasses.replace(m[0], **{f.name: torch.cat([getattr(x, f.name) for x in m])
+                                                  for f in dataclasses.fields(m[0])
+                                                  if isinstance(getattr(m[0], f.name), torch.Tensor)})
+                    for m in ([s[0] for s in samples], [s[1] for s in samples]))
+
+    def text_mask(lengths):  # 1: a text token attended, 0: padding; every sample keeps some
+        return (torch.arange(7, device="cuda")[None] < torch.tensor(lengths, device="cuda")[:, None]).long()
+
+    g = torch.Generator().manual_seed(10 + call)
+    attention = torch.rand(2, 37, 37, generator=g)
+    attention[attention < 0.8] = 0  # most pairs not attended (fewer barely move this model), the rest attenuated
+    attention.diagonal(dim1=1, dim2=2).fill_(1)  # no query left without a key
+    video = dataclasses.replace(video, context_mask=text_mask([(7, 3), (4, 6)][call]),
+                                attention_mask=attention.to("cuda"))
+    audio = dataclasses.replace(audio, context_mask=text_mask([(2, 6), (5, 1)][call]))
+    one = PerturbationConfig([Perturbation(T.SKIP_VIDEO_SELF_ATTN, [1]), Perturbation(T.SKIP_A2V_CROSS_ATTN, [2])])
+    other = PerturbationConfig([Perturbation(T.SKIP_AUDIO_SELF_ATTN, [0]), Perturbation(T.SKIP_V2A_CROSS_ATTN, [1])])
+    per_sample = [one, other] if call == 0 else [other, one]
+    return video, audio, BatchedPerturbationConfig(per_sample, 3, "cuda", torch.bfloat16)
+
+
+def test_a_replayed_block_loop_reads_each_calls_masks(dit):
+    """Calls of one signature whose masks differ only in value: the first runs the loop as it is, the
+    second captures it with its own masks, the third replays that graph with the first call's masks
+    and matches eager on them: the graph reads the masks from the static buffers each call fills,
+    not as they were at the capture."""
+    model = dit[0]
+    batches = [_masked_batch(0), _masked_batch(1)]
+    wants = [run(model, c) for c in batches]
+    for i in (0, 1):  # each call's masks matter well beyond the tolerance: a replay of stale ones would fail
+        assert rel(wants[1][i], wants[0][i]) > 0.2, i
+    ours = copy.deepcopy(model)
+    graphs = apply_profile(ours, P(compile__enabled=True, compile__capture=True), device="cuda").loop_graphs
+    assert graphs is not None
+    outs = [run(ours, batches[0])]
+    assert len(graphs.graphs) == 1 and graphs.replays == 0
+    outs.append(run(ours, batches[1]))
+    assert graphs.replays == 1
+    captured = next(iter(graphs.graphs.values())).graph
+    outs.append(run(ours, batches[0]))
+    assert graphs.reason is None and graphs.replays == 2
+    assert len(graphs.graphs) == 1 and next(iter(graphs.graphs.values())).graph is captured  # no new capture
+    for i, (got, want) in enumerate(zip(outs, wants + wants[:1])):
+        assert rel(got[0], want[0]) < 2e-2 and rel(got[1], want[1]) < 2e-2, i
 
 
 def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):
@@ -149,9 +212,11 @@ def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):
         return loop(video, audio, perturbations)
 
     ours._process_transformer_blocks = graphs = LoopGraphs(ours, syncing)
+    first = run(ours, inputs)  # a signature's first call runs the loop as it is; its second captures
+    assert graphs.reason is None and len(graphs.graphs) == 1
     with pytest.warns(UserWarning, match="capture failed"):
         got = run(ours, inputs)
-    assert graphs.reason and not graphs.graphs
+    assert graphs.reason and not graphs.graphs and torch.equal(first[0], want[0])
     assert torch.cuda.current_stream() == torch.cuda.default_stream()  # the failed capture gave the stream back
     assert torch.equal(got[0], want[0]) and torch.equal(run(ours, inputs)[0], want[0])
 

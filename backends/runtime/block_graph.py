@@ -12,11 +12,14 @@ compiled without CUDA graphs of their own.
 A call's signature is every tensor's shape, stride, dtype and device in the two `TransformerArgs`
 (dataclasses; tensors and tuples of tensors), every other field's value, the perturbation masks'
 shape, and what the blocks specialise on in them (LTX-2's `block_input_processor.graph_signature`:
-which attention branches run; without it, the masks' host values). A new signature gets static
-buffers (copies of the call's tensors), two warm-up runs of the loop on a side stream (compiling
-there), then a capture; every call copies its tensors into the static buffers and replays. The
-returned `TransformerArgs` live in the graph's memory until the next replay: LTX-2's forward reads
-them straight into its output projection. The graphs of one model share one memory pool (calls
+which attention branches run; without it, the masks' host values). The first call of a signature
+copies its tensors into new static buffers and runs the loop on them as it is (compiling and
+autotuning there, outside any capture): its result is the caller's, so a signature met once costs
+nothing more. The second captures the loop on those same buffers (the tensors the blocks were
+compiled for) and replays it; later calls copy their tensors in and replay. So capturing costs one
+host pass over the blocks (recording, with the GPU idle: about one forward's issue time) per
+signature, not extra forwards. A replay's `TransformerArgs` live in the graph's memory until the
+next replay: LTX-2's forward reads them straight into its output projection. The graphs of one model share one memory pool (calls
 never overlap), held until `release_loop_graphs(model)`: LTX-2's `dispose` keeps the module (its
 registry holds the shell), so whoever disposes the DiT releases them first (`ltx-tui run` does).
 Capture and replay run on the call's device. A loop the graph cannot capture (a host sync inside
@@ -34,7 +37,6 @@ from typing import Any, Callable, Hashable
 import torch
 
 LOOP = "_process_transformer_blocks"
-WARMUP_RUNS = 2
 
 
 def loop_owner(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -99,11 +101,14 @@ def copy_args(dst: Any, src: Any) -> None:
 
 @dataclass
 class _Graph:
-    graph: torch.cuda.CUDAGraph
+    """A signature's static buffers and, from its second call, its graph."""
+
     video: Any
     audio: Any
-    masks: torch.Tensor  # the perturbation masks the graph reads
-    out: tuple[Any, Any]
+    perturbations: Any  # over `masks`, the perturbation masks the graph reads
+    masks: torch.Tensor
+    graph: torch.cuda.CUDAGraph | None = None
+    out: tuple[Any, Any] | None = None
 
 
 class LoopGraphs:
@@ -136,15 +141,14 @@ class LoopGraphs:
             return self.loop(video, audio, perturbations)
         with torch.cuda.device(x.device):
             g = self.graphs.get(key)
-            if g is None:
-                g = self._capture(video, audio, perturbations)
-                if g is None:
-                    return self.loop(video, audio, perturbations)
-                self.graphs[key] = g
-            else:
-                copy_args(g.video, video)
-                copy_args(g.audio, audio)
-                g.masks.copy_(perturbations.block_masks)
+            if g is None:  # first call: static buffers, and the loop run on them as it is
+                g = self.graphs[key] = self._buffers(video, audio, perturbations)
+                return self.loop(g.video, g.audio, g.perturbations)
+            copy_args(g.video, video)
+            copy_args(g.audio, audio)
+            g.masks.copy_(perturbations.block_masks)
+            if g.graph is None and not self._capture(g):
+                return self.loop(video, audio, perturbations)
             g.graph.replay()
         self.replays += 1
         return g.out
@@ -154,26 +158,23 @@ class LoopGraphs:
         self.graphs.clear()
         self.pool = None
 
-    def _capture(self, video: Any, audio: Any, perturbations: Any) -> _Graph | None:
-        """A new signature's graph (on the current device, the call's); None when the loop cannot be
-        captured: then it runs eagerly from now on, and `reason` says why."""
-        sv, sa = static_args(video), static_args(audio)
+    @staticmethod
+    def _buffers(video: Any, audio: Any, perturbations: Any) -> _Graph:
         masks = perturbations.block_masks.clone()
-        sp = type(perturbations).from_masks(masks, perturbations.block_masks_cpu)
-        caller = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
-        side.wait_stream(caller)
-        with torch.cuda.stream(side):  # compiles (and autotunes) here, outside the capture; errors are the loop's
-            for _ in range(WARMUP_RUNS):
-                self.loop(sv, sa, sp)
-        caller.wait_stream(side)
+        return _Graph(static_args(video), static_args(audio),
+                      type(perturbations).from_masks(masks, perturbations.block_masks_cpu), masks)
+
+    def _capture(self, g: _Graph) -> bool:
+        """Capture `g`'s graph on its buffers (on the current device, the call's). False when the loop
+        cannot be captured: then it runs eagerly from now on, and `reason` says why."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+        caller = torch.cuda.current_stream()
         graph = torch.cuda.CUDAGraph()
         failure = None
         try:
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                out = self.loop(sv, sa, sp)
+                out = self.loop(g.video, g.audio, g.perturbations)
         except RuntimeError as e:  # an op inside the loop that a graph cannot hold (a host sync)
             cause = e.__context__ or e
             failure = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
@@ -184,8 +185,9 @@ class LoopGraphs:
             self.release()
             warnings.warn(f"compile.capture: the transformer block loop runs without a CUDA graph: {self.reason}",
                           stacklevel=3)
-            return None
-        return _Graph(graph, sv, sa, masks, out)
+            return False
+        g.graph, g.out = graph, out
+        return True
 
 
 def capture_loop(model: torch.nn.Module) -> LoopGraphs | None:
