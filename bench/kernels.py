@@ -16,12 +16,16 @@ into the second fp8 GEMM: tanh GELU then the row quantization (two passes; what 
 the quantization is a Triton kernel it cannot fuse into) against `quantize_rows(gelu=True)` (one),
 and the quantization alone; rel L2 of the dequantized rows against an fp32 GELU.
 
+Part 5 (`rows`), the memory rate (GB/s: bytes read and written / time) of the DiT's memory-bound
+passes: the fp8 row quantization at the block's activation shapes, the AdaLN norm + modulation as
+Inductor compiles it, and the fp8 attention's q/k/v quantization.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp,attention,gelu] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows] [--mlp-configs m128h64w8s3,...]
 """
 
 from __future__ import annotations
@@ -184,6 +188,37 @@ def gelus() -> None:
                   f"{err:9.2e}")
 
 
+ROW_SHAPES = [(6144, 4096, False), (6144, 2048, False), (24576, 4096, False), (6144, 16384, True),
+              (24576, 16384, True), (1024, 4096, False)]
+
+
+def rows() -> None:
+    """The memory rate of the DiT's memory-bound passes at its shapes: the fp8 row quantization
+    (`quantize_rows`), the AdaLN norm and modulation as Inductor compiles it, and the fp8
+    attention's q/k/v quantization (`fp8_qkv.quantize_qkv`)."""
+    from kernels.fp8_qkv import quantize_qkv
+
+    print(f"{'M x K':<18} {'op':<26} {'ms':>8} {'GB/s':>8}")
+    for m, k, gelu in ROW_SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        t = bench(lambda: quantize_rows(x, torch.float8_e4m3fn, gelu))
+        print(f"{f'{m} x {k}':<18} {'quantize_rows' + ('(gelu=True)' if gelu else ''):<26} {t:8.4f} "
+              f"{m * k * 3 / t / 1e6:8.0f}")
+
+    def ada(x, scale, shift):  # LTX-2's AdaLN: rms_norm(x) * (1 + scale) + shift
+        return (F.rms_norm(x.float(), (x.shape[-1],), eps=1e-6) * (1 + scale) + shift).to(x.dtype)
+
+    x = torch.randn(1, 6144, 4096, device="cuda", dtype=torch.bfloat16)
+    sc, sh = (torch.randn(1, 1, 4096, device="cuda", dtype=torch.bfloat16) * 0.1 for _ in range(2))
+    fn = torch.compile(ada)
+    t = bench(lambda: fn(x, sc, sh))
+    print(f"{'6144 x 4096':<18} {'AdaLN, Inductor':<26} {t:8.4f} {x.numel() * 4 / t / 1e6:8.0f}")
+    q, k, v = (torch.randn(1, 6144, 32, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    t = bench(lambda: quantize_qkv(q, k, v, 256.0, 2.0))
+    print(f"{'3 x 6144 x 4096':<18} {'fp8_qkv.quantize_qkv':<26} {t:8.4f} {q.numel() * 3 * 5 / t / 1e6:8.0f}"
+          f"  (2 reads + 1 write)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
@@ -201,6 +236,8 @@ def main() -> None:
         attentions()
     if "gelu" in parts:
         gelus()
+    if "rows" in parts:
+        rows()
 
 
 if __name__ == "__main__":
