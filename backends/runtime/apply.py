@@ -360,6 +360,9 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
 
     def apply(model, report):
         report.watch_compile()
+        from backends.runtime import shared_rows
+
+        shared_rows.install()  # one fp8 row quantization per input in a compiled block
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
         if loop:

@@ -90,6 +90,25 @@ class QuantizedRows(NamedTuple):
     dtype: torch.dtype
 
 
+@torch.library.custom_op("ltx_tui::fp8_rows", mutates_args=())
+def _fp8_rows_op(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_rows(x, torch.float8_e4m3fn, gelu)
+
+
+@_fp8_rows_op.register_fake
+def _fp8_rows_fake(x, gelu):
+    return x.new_empty(x.shape, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:1], dtype=torch.float32)
+
+
+def _fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 row quantization of a 2-D activation (`quantize_rows`). While torch.compile traces, one
+    functional custom op: the quantizations of one input that LTX-2's attention makes for to_q,
+    to_k and to_v (to_k and to_v of one context) are one op in the graph (AOTAutograd's CSE)."""
+    if torch.compiler.is_compiling():
+        return _fp8_rows_op(x, gelu)
+    return quantize_rows(x, torch.float8_e4m3fn, gelu)
+
+
 class FP8ScaledMMLinear(_QuantLinear):
     method = "fp8-scaled-mm"
     fast_accum = True  # bench/ltx2_dit.py's ablation turns it off
@@ -115,7 +134,7 @@ class FP8ScaledMMLinear(_QuantLinear):
             return self._mm(x.q, x.scale[:, None], self.weight_scale[None, :], x.lead, x.dtype)
         x2, lead = self._flat(x)
         if self.scales == "row":
-            xq, xs = quantize_rows(x2, torch.float8_e4m3fn)
+            xq, xs = _fp8_rows(x2)
             sa, sb = xs[:, None], self.weight_scale[None, :]
         else:
             sa = (x2.abs().amax().float().clamp(min=1e-12) / FP8_MAX).reshape(())
@@ -143,7 +162,7 @@ class GeluQuantized(nn.Module):
 
     def forward(self, x: torch.Tensor) -> QuantizedRows:
         h = self.proj(x)
-        q, s = quantize_rows(h.reshape(-1, h.shape[-1]), torch.float8_e4m3fn, gelu=True)
+        q, s = _fp8_rows(h.reshape(-1, h.shape[-1]), gelu=True)
         return QuantizedRows(q, s, tuple(h.shape[:-1]), h.dtype)
 
 

@@ -1,0 +1,64 @@
+"""`runtime.shared_rows`: one fp8 row quantization per input in a compiled block."""
+
+import torch
+import torch.nn as nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from backends.runtime import quant, shared_rows
+
+ROWS = torch.ops.ltx_tui.fp8_rows.default
+
+
+def _rows(graph) -> int:
+    return sum(n.target is ROWS for n in graph.nodes)
+
+
+def test_the_pass_keeps_one_quantization_per_input_and_gelu():
+    def f(x, c):  # as LTX-2's attention: to_q, to_k, to_v of x; to_k, to_v of a context
+        a, b, g = (torch.ops.ltx_tui.fp8_rows(x.reshape(-1, 64), gelu) for gelu in (False, False, True))
+        d, e = (torch.ops.ltx_tui.fp8_rows(c.reshape(-1, 64), False) for _ in range(2))
+        return a[0].float() + b[0].float() + g[0].float(), a[1] + b[1] + g[1], d[1] * e[1], x.reshape(-1, 64)[:1]
+
+    x, c = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
+    gm = make_fx(f)(x, c)
+    want = gm(x, c)
+    assert _rows(gm.graph) == 5
+    shared_rows.SharedRows()(gm.graph)
+    gm.recompile()
+    assert _rows(gm.graph) == 3  # x plain, x with gelu, c
+    assert all(torch.equal(got, w) for got, w in zip(gm(x, c), want))
+
+
+def test_different_shapes_of_one_input_are_different_inputs():
+    def f(x):
+        return (torch.ops.ltx_tui.fp8_rows(x.reshape(-1, 64), False)[1],
+                torch.ops.ltx_tui.fp8_rows(x.reshape(-1, 32), False)[1])
+
+    gm = make_fx(f)(torch.randn(4, 64))
+    shared_rows.SharedRows()(gm.graph)
+    assert _rows(gm.graph) == 2
+
+
+def test_install_leaves_anothers_pass_alone(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(config, "post_grad_custom_post_pass", None)
+    assert shared_rows.install() and isinstance(config.post_grad_custom_post_pass, shared_rows.SharedRows)
+    assert shared_rows.install()  # already there
+    other = object()
+    monkeypatch.setattr(config, "post_grad_custom_post_pass", other)
+    assert not shared_rows.install() and config.post_grad_custom_post_pass is other
+
+
+def test_a_traced_fp8_linear_quantizes_through_the_custom_op():
+    """Under torch.compile the quantization is the op the pass can see (the kernel itself otherwise)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+    backend = aot_autograd(fw_compiler=lambda gm, _: graphs.append(gm) or gm)
+    linears = nn.ModuleList(quant.FP8ScaledMMLinear(nn.Linear(64, 64)) for _ in range(3))
+    x = torch.randn(2, 8, 64)
+    with torch.inference_mode():
+        want = sum(lin(x) for lin in linears)
+        got = torch.compile(lambda t: sum(lin(t) for lin in linears), backend=backend)(x)
+    assert torch.equal(got, want) and _rows(graphs[-1].graph) == 3
