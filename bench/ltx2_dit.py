@@ -39,9 +39,12 @@ Variants (`--variants`, comma-separated; default: the first six):
                          compile.capture = true: the 48-block loop as one CUDA graph per input shape
                          (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
                          sdpa_cudnn_fp8 + fp8-scaled-mm + compile
+  fp8-attn+fp8-scaled-mm+capture:unshared
+                         the same without `runtime.shared_rows` (each fp8 linear quantizes its input, where
+                         to_q, to_k and to_v of one input share one quantization otherwise; an ablation)
   fp8-attn+fp8-scaled-mm+capture:unfused
-                         the last without the FeedForward's GELU fused into the fp8 row quantization
-                         (an ablation)
+                         fp8-attn+fp8-scaled-mm+capture without the FeedForward's GELU fused into the fp8
+                         row quantization (an ablation)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -120,6 +123,11 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                                {"transformer.attention": "sdpa_cudnn_fp8",
                                                 "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                                 "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+capture:unshared": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
+                                                "a quantization per linear",
+                                                {"transformer.attention": "sdpa_cudnn_fp8",
+                                                 "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                                                 "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -226,6 +234,10 @@ def apply_variant(model, key: str, device):
             from backends.runtime.quant import FP8ScaledMMLinear
 
             FP8ScaledMMLinear.fast_accum = False
+        if key.endswith(":unshared"):
+            from backends.runtime import shared_rows
+
+            shared_rows.ENABLED = False
         if key.endswith(":unfused"):
             from backends.runtime.quant import GeluQuantized
 
