@@ -409,16 +409,25 @@ class LtxTuiApp(App):
         if tab == "system" and self.screen.has_class("-wide"):  # already beside the tabs: no duplicate
             self.query_one("#side").focus()
             return
-        self.query_one(TabbedContent).active = tab
-        self.query_one(self.FOCUS[tab]).focus()
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == tab:
+            self.query_one(self.FOCUS[tab]).focus()
+        else:  # focused once the tab is open (`_tab_activated`)
+            tabs.active = tab
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        """Focus follows the tab: its main widget takes the keys (arrows, enter) at once."""
+        """Focus follows the tab: its main widget takes the keys (arrows, enter) at once. An event of a
+        tab no longer open (two tab keys pressed fast) is dropped: focusing a widget of a hidden tab
+        opens that tab again (TabbedContent follows focus), and two such events then reopened their
+        tabs in turn forever, the UI frozen."""
         pane = event.pane.id
+        if pane != event.tabbed_content.active:
+            return
         target, self._focus_in_tab = self._focus_in_tab or self.FOCUS.get(pane), None
-        if target:
-            self.query_one(target).focus()
+        widget = next(iter(self.query(target)), None) if target else None  # None: the app is closing
+        if widget is not None:
+            widget.focus()
         if pane == "runs":  # the ledger as it is now (read in a thread)
             self.query_one(RunsPanel).reload()
 

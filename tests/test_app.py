@@ -412,6 +412,26 @@ async def test_focus_follows_the_tab():
         assert app.focused is table and table.cursor_row == row + 1
 
 
+async def test_a_tab_left_before_its_focus_came_stays_left():
+    """u then r pressed fast: the Tune tab's activation arrived after the Plan tab had opened. Focusing
+    the Tune tab's table then reopened that tab (TabbedContent follows focus), whose own late event
+    reopened the Plan tab, in turn forever: the footer recomposed at 100 % CPU and no key worked."""
+    from textual.widgets import TabbedContent
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        tabs = app.query_one(TabbedContent)
+        app.post_message(TabbedContent.TabActivated(tabs, tabs.get_tab("tune")))  # the late event
+        await pilot.pause()
+        await pilot.pause()
+        assert tabs.active == "resolution" and app.focused is app.query_one("#resolution-table")
+        await pilot.press("u", "r", "e", "escape")  # the keys of the freeze, in one go
+        await pilot.pause()
+        assert tabs.active == "resolution" and not isinstance(app.screen, ExportScreen)
+
+
 async def test_failed_probe_says_why_and_p_probes_again():
     answers = [RuntimeError("the capability probe exited 1: ImportError: libcuda.so"), preset("h100")]
 
