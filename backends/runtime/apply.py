@@ -373,7 +373,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         names = [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [type(model).__name__]
         detail = f"torch.compile per block of {blocks_name or 'the whole model'}: " + ", ".join(
             f"{k}={v}" for k, v in kwargs.items()) + (
-            "; the block loop captured as one CUDA graph per input shape" if loop else
+            "; the block loop captured as one CUDA graph per input shape, from its second call" if loop else
             "; CUDA-graph step marked at each forward" if graphs else "")
         report.add("compile.enabled", "compiled", detail, names)
         for key in step.options[1:]:
