@@ -183,7 +183,8 @@ class LtxTuiApp(App):
         self._tune_cancel: threading.Event | None = None
         self._first_frame = self._gpus_shown = self._probing = False
         self._quit_question: ConfirmScreen | None = None
-        self._focus_in_tab: str | None = None  # what the next opened tab focuses instead of its main widget
+        # (tab, widget): what that tab focuses instead of its main widget if it is the next one opened
+        self._focus_in_tab: tuple[str, str] | None = None
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -422,9 +423,10 @@ class LtxTuiApp(App):
         opens that tab again (TabbedContent follows focus), and two such events then reopened their
         tabs in turn forever, the UI frozen."""
         pane = event.pane.id
+        pending, self._focus_in_tab = self._focus_in_tab, None  # meant for the next activation only
         if pane != event.tabbed_content.active:
             return
-        target, self._focus_in_tab = self._focus_in_tab or self.FOCUS.get(pane), None
+        target = pending[1] if pending and pending[0] == pane else self.FOCUS.get(pane)
         widget = next(iter(self.query(target)), None) if target else None  # None: the app is closing
         if widget is not None:
             widget.focus()
@@ -554,7 +556,7 @@ class LtxTuiApp(App):
         if tabs.active == "resolution":
             self.query_one("#run-resolution").focus()
         else:  # focused once the tab is open
-            self._focus_in_tab = "#run-resolution"
+            self._focus_in_tab = ("resolution", "#run-resolution")
             tabs.active = "resolution"
 
     # --- quitting -----------------------------------------------------------------------------

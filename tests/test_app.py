@@ -427,9 +427,28 @@ async def test_a_tab_left_before_its_focus_came_stays_left():
         await pilot.pause()
         await pilot.pause()
         assert tabs.active == "resolution" and app.focused is app.query_one("#resolution-table")
-        await pilot.press("u", "r", "e", "escape")  # the keys of the freeze, in one go
+        await pilot.press("u", "r", "e", "escape")  # the keys of the freeze (Pilot lets each settle)
         await pilot.pause()
         assert tabs.active == "resolution" and not isinstance(app.screen, ExportScreen)
+
+
+async def test_w_then_another_tab_faster_than_the_events_ends_on_that_tab():
+    """w asks the Plan tab to focus its run-shape field once open; another tab key before that tab's
+    activation arrived leaves the request unused, not carried to the other tab (which it reopened the
+    Plan tab from)."""
+    from textual.widgets import TabbedContent
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.action_run_shape()
+        app.action_tab("tune")  # w then u, with no event handled between them
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "tune" and app.focused is app.query_one("#tune-table")
+        await pilot.press("w")
+        await pilot.pause()
+        assert app.focused is app.query_one("#run-resolution")  # w still focuses the field
 
 
 async def test_failed_probe_says_why_and_p_probes_again():

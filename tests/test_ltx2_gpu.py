@@ -121,8 +121,10 @@ def test_captured_block_loop_matches_eager(dit, quantization):
     model, inputs = dit
     bigger = ltx2.transformer_inputs(tokens=45, seed=3, device="cuda", dtype=torch.bfloat16)
     perturbed = (*inputs[:2], _skip_video_self_attention(3))
-    # a signature's first call runs the loop as it is, its second captures it, later ones replay
-    calls = (inputs, inputs, bigger, perturbed, perturbed, inputs, bigger)
+    # a signature's first call runs the loop as it is, its second captures it, later ones replay;
+    # `other` has the inputs' signature and other values: its replay must read them
+    other = ltx2.transformer_inputs(tokens=37, seed=5, device="cuda", dtype=torch.bfloat16)
+    calls = (inputs, inputs, other, bigger, perturbed, perturbed, inputs, bigger)
     wants = [run(model, c) for c in calls]
     ours = copy.deepcopy(model)
     report = apply_profile(ours, P(compile__enabled=True, compile__capture=True,
@@ -133,8 +135,9 @@ def test_captured_block_loop_matches_eager(dit, quantization):
     outs = [run(ours, c) for c in calls]
     for i, (got, want) in enumerate(zip(outs, wants)):  # earlier outputs survive later replays
         assert rel(got[0], want[0]) < bound and rel(got[1], want[1]) < bound, i
-    assert not torch.equal(outs[4][0], outs[0][0])  # the perturbed pass ran its own graph
-    assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == 4
+    assert not torch.equal(outs[5][0], outs[0][0])  # the perturbed pass ran its own graph
+    assert rel(wants[2][0], wants[0][0]) > 0.2  # other values, other outputs: a stale replay would fail
+    assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == 5
     assert all(g.graph is not None for g in graphs.graphs.values())
     assert report.compile_health().compiled
 

@@ -1,5 +1,6 @@
 """`runtime.shared_rows`: one fp8 row quantization per input in a compiled block."""
 
+import pytest
 import torch
 import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -26,6 +27,8 @@ def test_the_pass_keeps_one_quantization_per_input_and_gelu():
     shared_rows.SharedRows()(gm.graph)
     gm.recompile()
     assert _rows(gm.graph) == 3  # x plain, x with gelu, c
+    views = [n for n in gm.graph.nodes if n.op == "call_function" and "view" in str(n.target)]
+    assert views and all(n.users for n in views)  # the merged calls' views went with them
     assert all(torch.equal(got, w) for got, w in zip(gm(x, c), want))
 
 
@@ -62,3 +65,21 @@ def test_a_traced_fp8_linear_quantizes_through_the_custom_op():
         want = sum(lin(x) for lin in linears)
         got = torch.compile(lambda t: sum(lin(t) for lin in linears), backend=backend)(x)
     assert torch.equal(got, want) and _rows(graphs[-1].graph) == 3
+
+
+@pytest.mark.slow
+def test_inductor_runs_the_pass_on_a_compiled_block():
+    """The pass as Inductor runs it (here on the CPU): three fp8 linears of one input, one quantization
+    in the generated code, the same outputs as eager."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    linears = nn.ModuleList(quant.FP8ScaledMMLinear(nn.Linear(64, 64)) for _ in range(3))
+    x = torch.randn(2, 8, 64)
+    torch._dynamo.reset()
+    with config.patch(post_grad_custom_post_pass=None, fx_graph_cache=False), torch.inference_mode():
+        assert shared_rows.install()
+        want = sum(lin(x) for lin in linears)
+        got, code = run_and_get_code(torch.compile(lambda t: sum(lin(t) for lin in linears)), x)
+    calls = [line for c in code for line in c.splitlines() if "torch.ops.ltx_tui.fp8_rows.default(" in line]
+    assert torch.equal(got, want) and len(calls) == 1

@@ -15,7 +15,7 @@ shape, and what the blocks specialise on in them (LTX-2's `block_input_processor
 which attention branches run; without it, the masks' host values). The first call of a signature
 copies its tensors into new static buffers and runs the loop on them as it is (compiling and
 autotuning there, outside any capture): its result is the caller's, so a signature met once costs
-nothing more. The second captures the loop on those same buffers (the tensors the blocks were
+only the copy of its inputs, held until `release`. The second captures the loop on those same buffers (the tensors the blocks were
 compiled for) and replays it; later calls copy their tensors in and replay. So capturing costs one
 host pass over the blocks (recording, with the GPU idle: about one forward's issue time) per
 signature, not extra forwards. A replay's `TransformerArgs` live in the graph's memory until the
@@ -142,8 +142,10 @@ class LoopGraphs:
         with torch.cuda.device(x.device):
             g = self.graphs.get(key)
             if g is None:  # first call: static buffers, and the loop run on them as it is
-                g = self.graphs[key] = self._buffers(video, audio, perturbations)
-                return self.loop(g.video, g.audio, g.perturbations)
+                g = self._buffers(video, audio, perturbations)
+                out = self.loop(g.video, g.audio, g.perturbations)
+                self.graphs[key] = g  # only a run that went through warmed the loop up for a capture
+                return out
             copy_args(g.video, video)
             copy_args(g.audio, audio)
             g.masks.copy_(perturbations.block_masks)
@@ -161,8 +163,8 @@ class LoopGraphs:
     @staticmethod
     def _buffers(video: Any, audio: Any, perturbations: Any) -> _Graph:
         masks = perturbations.block_masks.clone()
-        return _Graph(static_args(video), static_args(audio),
-                      type(perturbations).from_masks(masks, perturbations.block_masks_cpu), masks)
+        host = perturbations.block_masks_cpu.clone()  # read again at the capture, a call later
+        return _Graph(static_args(video), static_args(audio), type(perturbations).from_masks(masks, host), masks)
 
     def _capture(self, g: _Graph) -> bool:
         """Capture `g`'s graph on its buffers (on the current device, the call's). False when the loop

@@ -102,8 +102,8 @@ def _fp8_rows_fake(x, gelu):
 
 def _fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8 row quantization of a 2-D activation (`quantize_rows`). While torch.compile traces, one
-    functional custom op: the quantizations of one input that LTX-2's attention makes for to_q,
-    to_k and to_v (to_k and to_v of one context) are one op in the graph (AOTAutograd's CSE)."""
+    functional custom op, which `runtime.shared_rows` merges where LTX-2's attention quantizes one
+    input for to_q, to_k and to_v (to_k and to_v of one context)."""
     if torch.compiler.is_compiling():
         return _fp8_rows_op(x, gelu)
     return quantize_rows(x, torch.float8_e4m3fn, gelu)

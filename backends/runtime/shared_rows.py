@@ -24,7 +24,8 @@ _VIEWS = ("aten.view.default", "aten.reshape.default", "aten._unsafe_view.defaul
 
 def _source(node: Any) -> Any:
     """What a node reads: (the viewed node, the shape) through a view, else the node itself."""
-    if isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _VIEWS:
+    if (isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _VIEWS
+            and len(node.args) == 2 and not node.kwargs):
         return node.args[0], tuple(node.args[1])
     return node
 
@@ -44,9 +45,11 @@ class SharedRows(CustomGraphPass):
             key = (_source(node.args[0]), *node.args[1:], tuple(sorted(node.kwargs.items())))
             kept = first.setdefault(key, node)
             if kept is not node:
+                view = node.args[0]
                 node.replace_all_uses_with(kept)
                 graph.erase_node(node)
-        graph.eliminate_dead_code()
+                if _source(view) is not view and not view.users:  # the view only it read
+                    graph.erase_node(view)
 
     def uuid(self) -> Any:
         return get_hash_for_files((__file__,))
