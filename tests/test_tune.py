@@ -228,6 +228,7 @@ def test_quantization_measurement_reports_the_error_it_costs(narrow):
     assert ms > 0 and 1e-4 < err < QUANTIZED.half
 
 
+@pytest.mark.slow  # 6 s (CI runs it; the quick suite stays under 4 min)
 def test_a_wrong_kernel_is_reported_inaccurate(narrow, monkeypatch):
     from backends.runtime import attention
 
@@ -262,6 +263,7 @@ def test_a_cached_rerun_reports_the_same_auto_as_the_fresh_one(capsys, monkeypat
 
 
 @pytest.mark.ltx2
+@pytest.mark.slow  # 8 s (CI runs it; the quick suite stays under 4 min)
 @pytest.mark.usefixtures("ltx2_core")
 def test_a_spare_worker_preloads_ltx2s_models_and_inductor():
     """What the DiT and decoder candidates import (2 s and more each) is imported by the spare

@@ -136,6 +136,7 @@ print(json.dumps({"status": "measured", "ms": 5.0, "max_error": 1e-4, "reason": 
 """
 
 
+@pytest.mark.slow  # 6 s (CI runs it; the quick suite stays under 4 min)
 def test_a_slow_candidate_does_not_eat_the_budget_of_every_run(fake_worker, monkeypatch):
     """flex-fna (a stand-in that never answers) is timed after the other options' values, and once
     the budget has cut it short it is not started again with no more time than it had. The budget
