@@ -567,11 +567,14 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         assert app.focused is app.query_one("#tune-table")
         bar = app.query_one("#tune-progress")
         await wait_for(pilot, lambda: bar.progress == 2)
+        table = app.query_one("#tune-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2)  # each candidate's row as it finishes
+        live = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
+        assert [r[1] for r in live] == ["triton", "eager_sdpa"] and live[0][3] == "2.000" and live[1][2] == "█" * 16
         await pilot.press("o")  # the UI keeps working while the tune runs
         assert app.query_one("TabbedContent").active == "options"
         tuner.step.set()
         await wait_for(pilot, lambda: app._tune_cancel is None)
-        table = app.query_one("#tune-table", DataTable)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         assert [r[1] for r in rows] == ["triton", "eager_sdpa", "natten:hopper-fna"]
         assert rows[0][2].strip() == "█" and rows[1][2] == "█" * 16  # bars against the slowest

@@ -1,6 +1,6 @@
-"""Tune panel: progress, then a row per candidate with its time as a bar against the other values
-of its option, and for a value whose first call compiles that call's seconds (cold, and from the
-warm compile cache); rows stay after a run or a cancel."""
+"""Tune panel: progress, a row per candidate as it finishes, then the table of all of them: each
+time as a bar against the other values of its option, and for a value whose first call compiles
+that call's seconds (cold, and from the warm compile cache); rows stay after a run or a cancel."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class TunePanel(Vertical):
     def __init__(self, label: str, **kw) -> None:
         super().__init__(**kw)
         self.label = label  # the run's shapes, e.g. 768x512x121
+        self._done: list[Candidate] = []  # the running tune's candidates so far
 
     def compose(self) -> ComposeResult:
         yield Static(self._idle_text(), id="tune-status")
@@ -54,31 +55,40 @@ class TunePanel(Vertical):
         self.query_one("#tune-status", Static).update(Text(f"{message} — press c to cancel", style="yellow"))
 
     def start(self, label: str) -> None:
+        self._done = []
         self.query_one(DataTable).clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
         self.query_one("#tune-status", Static).update(Text(f"tuning {label}: each candidate in a subprocess — "
                                                            "press c to cancel"))
 
     def progress(self, done: int, total: int, c: Candidate | None) -> None:
+        """A candidate finished (`c`; None: only the count moved): its row now, its bar against the
+        values of its option measured so far (`show` draws the final table)."""
         self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
-        if c is not None and c.status != "skipped":
+        if c is None:
+            return
+        self._done.append(c)
+        self._add_row(c, max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None),
+                      bold=False)
+        if c.status != "skipped":
             self.query_one("#tune-status", Static).update(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
+
+    def _add_row(self, c: Candidate, slowest: float | None, bold: bool) -> None:
+        self.query_one(DataTable).add_row(
+            Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
+            "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
+            "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
+            "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason))
 
     def show(self, tuned: Tuned, note: str = "") -> None:
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
-        table = self.query_one(DataTable)
-        table.clear()
+        self.query_one(DataTable).clear()
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
         for c in sorted(tuned.candidates, key=lambda c: (options.index(c.option), c.status == "skipped")):
             ranked = [x.ms for x in tuned.candidates if x.option == c.option and x.ms is not None]
-            value = Text(c.value, style="bold" if chosen.get(c.option) == c.value else "")
-            table.add_row(Text(c.option), value, bar(c, max(ranked, default=None)),
-                          "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
-                          "-" if c.max_error is None else f"{c.max_error:.2e}",
-                          "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
-                          "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason))
+            self._add_row(c, max(ranked, default=None), chosen.get(c.option) == c.value)
         picked = ", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"
         cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
