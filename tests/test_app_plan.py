@@ -182,6 +182,28 @@ async def test_keys_that_arrive_together_are_applied_in_order():
         assert field.value == "324x26"
 
 
+async def test_keys_after_a_tab_that_arrive_with_it_go_to_the_next_field():
+    """"224x224", tab, ctrl+a, ctrl+k, "9", enter in one go: the keys after the tab had gone to the
+    resolution field (the tab moved the focus only once it bubbled up to the screen)."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        field, frames = app.query_one("#run-resolution", Input), app.query_one("#run-frames", Input)
+        field.value, field.cursor_position = "", 0
+        keys = [(c, c) for c in "224x224"] + [("tab", "\t"), ("ctrl+a", "\x01"), ("ctrl+k", "\x0b"), ("9", "9"),
+                                               ("enter", "\r")]
+        for key, character in keys:
+            app.post_message(events.Key(key, character))  # all queued before any is handled
+        await pilot.pause()
+        await pilot.pause()
+        assert (field.value, frames.value) == ("224x224", "9")
+        assert app.run_shapes.label == "224x224x9"
+
+
 def test_every_text_field_of_the_app_takes_keys_in_order():
     import re
     from pathlib import Path
