@@ -32,6 +32,7 @@ BROKEN_CASES = {
     "section_not_table.toml": (2, ["compile", "expected a table"]),
     "non_utf8.toml": (4, ["not UTF-8", "0xe9"]),
     "a_directory.toml": (None, ["is a directory"]),
+    "quoted_table.toml": (2, ['unknown table ["[red]x[/]"]', "known tables"]),
 }
 
 

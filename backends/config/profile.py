@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import re
 import tomllib
@@ -63,11 +64,17 @@ class ProfileWarning:
 
 # --- reading --------------------------------------------------------------------------------
 
+def _header(name: str) -> str:
+    """`name` as a TOML table header: [diffvae], or quoted when it is not a bare key (["[red]x[/]"])."""
+    return f"[{name}]" if re.fullmatch(r"[A-Za-z0-9_\-]+", name) else f"[{json.dumps(name)}]"
+
+
 def _line_of(text: str, table: str | None, key: str | None) -> int | None:
     """Best-effort line number of `[table]` or of `key` inside it."""
     current: str | None = None
-    header = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"']+)\s*\]")
-    assign = re.compile(r"^\s*([A-Za-z0-9_\-\"']+)\s*=")
+    name = r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[A-Za-z0-9_.\-]+)"  # quoted (any characters) or bare
+    header = re.compile(rf"^\s*\[\s*{name}\s*\]")
+    assign = re.compile(rf"^\s*{name}\s*=")
     for number, line in enumerate(text.splitlines(), 1):
         if m := header.match(line):
             current = m.group(1).strip("\"'")
@@ -105,7 +112,7 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     for top, body in data.items():
         if top not in allowed_top:
             hint = suggest(top, allowed_top) or f"known tables: {', '.join(SECTIONS)}, generated"
-            fail(f"unknown {'table' if isinstance(body, dict) else 'key'} [{top}]", table=top, hint=hint)
+            fail(f"unknown {'table' if isinstance(body, dict) else 'key'} {_header(top)}", table=top, hint=hint)
         if top in ("schema_version",):
             continue
         if not isinstance(body, dict):
