@@ -384,6 +384,25 @@ async def test_bracketed_paths_are_written_and_shown_literally(tmp_path):
         assert app.is_running and "[red]ltx [h100].toml" in app.sub_title
 
 
+async def test_an_export_error_names_the_path_typed(tmp_path):
+    """It named the hidden temporary file beside it: "[Errno 2] No such file or directory:
+    '/proc/.x.toml.10e75e31.tmp'"."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        (tmp_path / "a-file").write_text("")
+        for path in ("/proc/x.toml", str(tmp_path / "a-file" / "x.toml")):
+            box = app.screen.query_one("#path", Input)
+            box.value = path
+            box.focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            said = str(app.screen.query_one("#export-error", Static).render())
+            assert said.startswith(f"not written: {path}: ") and ".tmp" not in said, said
+
+
 async def test_profile_value_that_looks_like_markup_shows_the_banner(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text('[diffvae]\nmode = "[/]"\n')

@@ -97,15 +97,21 @@ class ExportScreen(ModalScreen[Path | None]):
                                  answered)
             return
         except OSError as e:  # a directory, a socket, a path that cannot be looked at
-            self._say(f"not written: {printable(str(e))}", "red")
+            self._not_written(path, e)
             return
         self._write(path, overwrite=False)
+
+    def _not_written(self, path: Path, e: OSError) -> None:
+        """Why `path` was not written, naming it (an OS error names the hidden temporary file beside it,
+        or no file at all: "[Errno 28] No space left on device")."""
+        why = e.strerror if e.errno is not None and e.strerror else str(e)
+        self._say(f"not written: {printable(str(path))}: {printable(why)}", "red")
 
     def _write(self, path: Path, overwrite: bool) -> None:
         try:
             save(self.profile, path, capability=self.capability, overwrite=overwrite, wait=False)
         except OSError as e:
-            self._say(f"not written: {printable(str(e))}", "red")
+            self._not_written(path, e)
             return
         self.written = path
         self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
