@@ -183,7 +183,7 @@ class LtxTuiApp(App):
         self._tune_cancel: threading.Event | None = None
         self._first_frame = self._gpus_shown = self._probing = False
         self._quit_question: ConfirmScreen | None = None
-        # (tab, widget): what that tab focuses instead of its main widget if it is the next one opened
+        # (tab, widget): what `action_tab` asked that tab to focus once its activation arrives
         self._focus_in_tab: tuple[str, str] | None = None
 
     # --- layout ---------------------------------------------------------------------------
@@ -406,14 +406,17 @@ class LtxTuiApp(App):
     FOCUS = {"options": "#options-list", "resolution": "#resolution-table", "smoke": "#smoke-table",
              "tune": "#tune-table", "runs": "#runs-table", "system": "#system-scroll"}
 
-    def action_tab(self, tab: str) -> None:
+    def action_tab(self, tab: str, target: str | None = None) -> None:
+        """Open `tab` and focus `target` in it (default: its main widget, `FOCUS`)."""
         if tab == "system" and self.screen.has_class("-wide"):  # already beside the tabs: no duplicate
             self.query_one("#side").focus()
             return
         tabs = self.query_one(TabbedContent)
+        target = target or self.FOCUS[tab]
         if tabs.active == tab:
-            self.query_one(self.FOCUS[tab]).focus()
+            self.query_one(target).focus()
         else:  # focused once the tab is open (`_tab_activated`)
+            self._focus_in_tab = (tab, target)
             tabs.active = tab
 
     @on(TabbedContent.TabActivated)
@@ -552,12 +555,7 @@ class LtxTuiApp(App):
 
     def action_run_shape(self) -> None:
         """w: the Plan tab, in the run's width x height."""
-        tabs = self.query_one(TabbedContent)
-        if tabs.active == "resolution":
-            self.query_one("#run-resolution").focus()
-        else:  # focused once the tab is open
-            self._focus_in_tab = ("resolution", "#run-resolution")
-            tabs.active = "resolution"
+        self.action_tab("resolution", "#run-resolution")
 
     # --- quitting -----------------------------------------------------------------------------
     def _stop_work(self) -> None:

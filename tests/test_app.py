@@ -230,13 +230,20 @@ async def test_smoke_run_shows_progress_results_and_cancels():
 
 
 async def test_quit_with_unsaved_changes_asks():
+    """At 80x24 the question is shown whole: it was one line cut at the dialog's edge (a Label is as
+    wide as its text): "... (q again quit"."""
+    from textual.widgets import Label
+
     app = make_app()
-    async with app.run_test(size=(100, 40)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await choose(pilot, "offload.mode", "cpu")
         await pilot.press("q")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
+        question = app.screen.query_one(".question", Label)
+        assert question.size.height >= 2 and question.region.right <= question.parent.content_region.right
+        assert "the same key again quits" in str(question.render())
         await pilot.press("n")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen) and app.is_running

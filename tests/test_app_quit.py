@@ -73,21 +73,6 @@ async def test_ctrl_c_and_the_palettes_quit_ask_when_there_are_unsaved_changes()
     assert not app.is_running
 
 
-async def test_the_quit_question_is_shown_whole_at_80x24():
-    """It was one line cut at the dialog's edge (a Label is as wide as its text): "... (q again quit"."""
-    from textual.widgets import Label
-
-    app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        await choose(pilot, "offload.mode", "cpu")
-        await pilot.press("q")
-        await pilot.pause()
-        question = app.screen.query_one(".question", Label)
-        assert question.size.height >= 2 and question.region.right <= question.parent.content_region.right
-        assert "the same key again quits" in str(question.render())
-
-
 async def test_ctrl_c_quits_and_help_says_so():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:

@@ -15,13 +15,14 @@ shape, and what the blocks specialise on in them (LTX-2's `block_input_processor
 which attention branches run; without it, the masks' host values). The first call of a signature
 copies its tensors into new static buffers and runs the loop on them as it is (compiling and
 autotuning there, outside any capture): its result is the caller's, so a signature met once costs
-only the copy of its inputs, held until `release`. The second captures the loop on those same buffers (the tensors the blocks were
-compiled for) and replays it; later calls copy their tensors in and replay. So capturing costs one
-host pass over the blocks (recording, with the GPU idle: about one forward's issue time) per
-signature, not extra forwards. A replay's `TransformerArgs` live in the graph's memory until the
-next replay: LTX-2's forward reads them straight into its output projection. The graphs of one model share one memory pool (calls
-never overlap), held until `release_loop_graphs(model)`: LTX-2's `dispose` keeps the module (its
-registry holds the shell), so whoever disposes the DiT releases them first (`ltx-tui run` does).
+only the copy of its inputs, held until `release`. The second captures the loop on those same
+buffers (the tensors the blocks were compiled for) and replays it; later calls copy their tensors
+in and replay. So capturing costs one host pass over the blocks (recording, with the GPU idle:
+about one forward's issue time) per signature, not extra forwards. A replay's `TransformerArgs`
+live in the graph's memory until the next replay: LTX-2's forward reads them straight into its
+output projection. The graphs of one model share one memory pool (calls never overlap), held
+until `release_loop_graphs(model)`: LTX-2's `dispose` keeps the module (its registry holds the
+shell), so whoever disposes the DiT releases them first (`ltx-tui run` does).
 Capture and replay run on the call's device. A loop the graph cannot capture (a host sync inside
 it) runs eagerly from then on, `reason` says why; a call that cannot be keyed (perturbation masks
 without their host copy) runs eagerly on its own.

@@ -60,9 +60,9 @@ def install() -> bool:
     pass is there, or `ENABLED` is off)."""
     import backends.runtime.quant  # noqa: F401  (defines ltx_tui::fp8_rows)
 
-    current = config.post_grad_custom_post_pass
     if not ENABLED:
         return False
+    current = config.post_grad_custom_post_pass
     if isinstance(current, SharedRows):
         return True
     if current is not None:
