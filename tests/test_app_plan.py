@@ -204,6 +204,25 @@ async def test_keys_after_a_tab_that_arrive_with_it_go_to_the_next_field():
         assert app.run_shapes.label == "224x224x9"
 
 
+async def test_keys_after_an_escape_that_arrive_with_it_leave_the_field():
+    """escape (the Plan form's binding: back to the table), then "o" in one go: the o had been typed
+    into the resolution, not taken as the Options tab's key."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        field = app.query_one("#run-resolution", Input)
+        before = field.value
+        for key, character in (("escape", "\x1b"), ("o", "o")):
+            app.post_message(events.Key(key, character))
+        await pilot.pause()
+        await pilot.pause()
+        assert field.value == before and app.query_one("TabbedContent").active == "options"
+
+
 def test_every_text_field_of_the_app_takes_keys_in_order():
     import re
     from pathlib import Path

@@ -11,27 +11,22 @@ class OrderedInput(Input):
     (backspace, delete, the cursor keys, enter) only once that key has bubbled up to the app:
     keys that arrive together (fast typing, a terminal or an SSH link that batches them) were
     applied out of order, and edits were lost ("224x22" + backspace + "9" stayed "224x22";
-    Textualize/textual#6605). This one runs its own bindings as each key arrives, and tab /
-    shift+tab too (moving the focus then), handing the keys that arrived behind them to the field
-    they moved to: "224x224", tab, "9" had typed the 9 into the resolution."""
+    Textualize/textual#6605). This one runs a bound key as it arrives, through the same binding
+    chain the app would walk (its own bindings, then its containers', the screen's and the app's:
+    tab to the next field, the Plan form's escape), and hands the keys that arrived behind one that
+    moved the focus to the widget it moved to ("224x224", tab, "9" had typed the 9 into the
+    resolution; escape, "o" the o)."""
 
     async def _on_key(self, event: events.Key) -> None:
         focused = self.screen.focused
-        if focused is not self and focused is not None:  # came after a tab that took the focus away
+        if focused is not self and focused is not None:  # came behind a key that took the focus away
             event.stop()
             event.prevent_default()
             focused.post_message(events.Key(event.key, event.character))
             return
-        if event.key in ("tab", "shift+tab"):  # moved now: the keys behind it are the next field's
-            event.stop()
-            event.prevent_default()
-            self.screen.focus_next() if event.key == "tab" else self.screen.focus_previous()
-            return
         await super()._on_key(event)
         if event.is_printable:
             return
-        bindings = self._bindings.key_to_bindings.get(event.key, [])
-        if bindings and not bindings[0].priority:
+        if await self.app._check_bindings(event.key):  # Textual's own dispatch, run now instead of later
             event.stop()
             event.prevent_default()
-            await self.run_action(bindings[0].action)

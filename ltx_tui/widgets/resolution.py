@@ -93,7 +93,7 @@ class RunShapeForm(Vertical):
 
     def action_leave(self) -> None:
         """escape: back to the plan's table (a valid run typed is applied as the field is left)."""
-        self.parent.query_one(DataTable).focus()
+        self.screen.set_focus(self.parent.query_one(DataTable))  # now, not after the keys queued behind escape
 
 
 def reason(d: Decision) -> str:
