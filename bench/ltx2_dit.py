@@ -18,7 +18,8 @@ others. Per variant and token count: `--warmup` forwards (compiles), then the me
 `torch.cuda.max_memory_allocated` during the timed forwards (weights included), rel L2 =
 ||out - ref|| / ||ref|| over the video and audio outputs against LTX-2's bf16 eager forward,
 first s = the first forward (compile included); 2nd s = the second (with compile.capture, the
-one that captures the block loop). One process meets the token counts in the order
+one that captures the block loop); b2b s = a forward's share of `--repeat` forwards issued back to
+back with one sync at the end, as a pipeline's steps run (s syncs after each forward). One process meets the token counts in the order
 given, as a two-stage run does (distilled at 1536x1024x121: stage 1 at 6144 tokens, stage 2 at
 24576): a compiled variant recompiles at the second count (torch.compile's automatic dynamic
 shapes); `--per-tokens` gives every (variant, token count) its own process instead.
@@ -45,6 +46,9 @@ Variants (`--variants`, comma-separated; default: the first six):
   fp8-attn+fp8-scaled-mm+capture:unfused
                          fp8-attn+fp8-scaled-mm+capture without the FeedForward's GELU fused into the fp8
                          row quantization (an ablation)
+  fp8-attn+fp8-scaled-mm+capture:per-token
+                         the same without `runtime.timestep_rows` (timesteps equal across the tokens embedded and
+                         read per token, as LTX-2 is called; an ablation)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -128,6 +132,11 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                                 {"transformer.attention": "sdpa_cudnn_fp8",
                                                  "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                                  "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+capture:per-token": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
+                                                 "AdaLN per token",
+                                                 {"transformer.attention": "sdpa_cudnn_fp8",
+                                                  "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
+                                                  "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -238,6 +247,10 @@ def apply_variant(model, key: str, device):
             from backends.runtime import shared_rows
 
             shared_rows.ENABLED = False
+        if key.endswith(":per-token"):
+            from backends.runtime import timestep_rows
+
+            timestep_rows.ENABLED = False
         if key.endswith(":unfused"):
             from backends.runtime.quant import GeluQuantized
 
@@ -377,11 +390,17 @@ def measure(args, model, dims: dict, tokens: int, device, dtype, refs: dict) -> 
         out = forward(model, inputs)
         sync(device)
         times.append(time.perf_counter() - t0)
+    del out
+    t0 = time.perf_counter()
+    for _ in range(args.repeat):
+        out = forward(model, inputs)
+    sync(device)
+    b2b = (time.perf_counter() - t0) / args.repeat
     peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     err = rel_l2(out, refs[tokens]) if tokens in refs else None
     outs = [t for t in out if t is not None]
     return {"s": statistics.median(times), "times": [round(t, 4) for t in times], "peak_gib": peak,
-            "rel_l2": err, "first_s": first, "second_s": second, "finite": all(bool(t.isfinite().all()) for t in outs),
+            "rel_l2": err, "first_s": first, "second_s": second, "b2b_s": b2b, "finite": all(bool(t.isfinite().all()) for t in outs),
             "rms": [float(t.float().square().mean().sqrt()) for t in outs]}
 
 
@@ -844,7 +863,7 @@ def main() -> int:
     ends: dict[str, dict] = {}
     errors: list[dict] = []
     ref_s: dict[int, float] = {}
-    header = f"{'tokens':>6}  {'variant':<34} {'s':>7} {'vs LTX-2':>8} {'peak GiB':>8} {'rel L2':>9} {'first s':>8} {'2nd s':>6}"
+    header = f"{'tokens':>6}  {'variant':<34} {'s':>7} {'vs LTX-2':>8} {'peak GiB':>8} {'rel L2':>9} {'first s':>8} {'2nd s':>6} {'b2b s':>6}"
 
     def show(row: dict) -> None:
         name = variant_name(row["variant"])
@@ -853,7 +872,7 @@ def main() -> int:
             return
         ratio = ref_s[row["tokens"]] / row["s"] if row["tokens"] in ref_s else None
         print(f"{row['tokens']:>6}  {name:<34} {row['s']:7.3f} {fmt(ratio, '7.2f')}x {fmt(row['peak_gib'], '8.2f'):>8} "
-              f"{fmt(row['rel_l2'], '9.2e'):>9} {row['first_s']:8.1f} {fmt(row.get('second_s'), '6.3f'):>6}"
+              f"{fmt(row['rel_l2'], '9.2e'):>9} {row['first_s']:8.1f} {fmt(row.get('second_s'), '6.3f'):>6} {fmt(row.get('b2b_s'), '6.3f'):>6}"
               + ("" if row["finite"] else "  non-finite output!"), flush=True)
 
     def on_line(row: dict) -> None:

@@ -177,6 +177,7 @@ def test_dit_compile_per_real_block(dit, cap):
     ours = copy.deepcopy(model)
     report = apply_profile(ours, P(compile__enabled=True, compile__backend="aot_eager"), cap)
     assert report.change("compile.enabled").modules == ("transformer_blocks.0", "transformer_blocks.1")
+    assert "passed as one AdaLN row" in report.change("compile.enabled").detail  # runtime.timestep_rows
     torch.testing.assert_close(forward(ours, inputs), want, atol=1e-5, rtol=1e-5)
 
 

@@ -16,7 +16,8 @@ The steps, on LTX-2's real modules or any module that follows their protocols:
   whole block loop is one CUDA graph per input shape (`runtime.block_graph`), the blocks compiled
   without graphs of their own; other CUDA graphs (compile.mode reduce-overhead / max-autotune, or
   capture on a model without that loop) are Inductor's, one per block: a step is marked at every
-  forward of the model and its outputs are copied out of the graph pool.
+  forward of the model and its outputs are copied out of the graph pool; LTX-2's per-token
+  timesteps that are equal across a modality's tokens go in as one row (`runtime.timestep_rows`).
 What a compiled step did not compile (graph breaks, graphs that ran eagerly) the report counts
 from the apply on (`ApplyReport.compile_health`, `runtime.compile_watch`).
 """
@@ -42,6 +43,7 @@ from backends.runtime.block_graph import LoopGraphs, capture_loop, loop_owner
 from backends.runtime.compile_cache import mark_cacheable, use_compile_caches
 from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
+from backends.runtime import timestep_rows
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
 from backends.runtime.quant import fuse_gelu, plan_quantization
@@ -363,6 +365,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         from backends.runtime import shared_rows
 
         shared_rows.install()  # one fp8 row quantization per input in a compiled block
+        rows = timestep_rows.install(model)
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
         if loop:
@@ -374,7 +377,8 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         detail = f"torch.compile per block of {blocks_name or 'the whole model'}: " + ", ".join(
             f"{k}={v}" for k, v in kwargs.items()) + (
             "; the block loop captured as one CUDA graph per input shape, from its second call" if loop else
-            "; CUDA-graph step marked at each forward" if graphs else "")
+            "; CUDA-graph step marked at each forward" if graphs else "") + (
+            "; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else "")
         report.add("compile.enabled", "compiled", detail, names)
         for key in step.options[1:]:
             report.add(key, "set", toml_value(plan[key].effective))

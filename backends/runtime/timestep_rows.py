@@ -1,0 +1,72 @@
+"""One AdaLN row for a modality whose timesteps are equal across its tokens.
+
+LTX-2 v1.2.0's pipelines give the DiT per-token timesteps (`denoise_mask * sigma`, shape (B, T)).
+Its preprocessors embed every token's value (`TransformerArgsPreprocessor._prepare_timestep`: at
+full size an MLP to 9 x 4096 values a token, 0.45 GB for 6144 tokens, and the A-V cross-attention's
+own), and every block reads those per-token values back in each AdaLN modulation and gate: about
+13 tensors of the activations' size a block. LTX-2 also takes timesteps of shape (B, 1), one value
+broadcast over the tokens ("Second dimension is 1 or number of tokens", transformer_args.py;
+compiling.py keeps such a dim static). Where every token of a batch row has the same value (no
+conditioning mask: text-to-video, stage 2's noise), the (B, 1) form computes the same numbers from
+one row. `install` wraps LTXModel's `forward` so that each call checks (one device sync for both
+modalities) and passes such timesteps as (B, 1); the wrapper around it (LTX-2's `X0Model`) still
+sees the caller's own tensors. A modality with a conditioning mask keeps its per-token form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import torch.nn as nn
+
+WRAPPED = "_ltx_tui_timestep_rows"
+ENABLED = True  # bench/ltx2_dit.py's `:per-token` ablation turns it off
+
+
+def dit_owner(model: nn.Module) -> nn.Module | None:
+    """LTX-2's `LTXModel` in `model` (itself or inside a wrapper); None for other models."""
+    for module in model.modules():
+        if hasattr(module, "video_args_preprocessor") and hasattr(module, "audio_args_preprocessor"):
+            return module
+    return None
+
+
+def _per_token(modality) -> bool:
+    t = getattr(modality, "timesteps", None)
+    return isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[1] > 1
+
+
+def collapse(*modalities):
+    """The modalities with each (B, T) timesteps whose rows are constant replaced by its (B, 1)
+    first column; the others (None, per-token values that differ, other shapes) as they are."""
+    todo = [i for i, m in enumerate(modalities) if _per_token(m)]
+    if not todo:
+        return modalities
+    flags = torch.stack([(t == t[:, :1]).all() for t in (modalities[i].timesteps for i in todo)])
+    same = flags.tolist()  # the one host sync
+    out = list(modalities)
+    for i, uniform in zip(todo, same):
+        if uniform:
+            out[i] = dataclasses.replace(out[i], timesteps=out[i].timesteps[:, :1])
+    return tuple(out)
+
+
+def install(model: nn.Module) -> bool:
+    """Wrap LTX-2's LTXModel in `model` (once); False when there is none (or `ENABLED` is off)."""
+    owner = dit_owner(model) if ENABLED else None
+    if owner is None:
+        return False
+    if getattr(owner, WRAPPED, False):
+        return True
+    forward = owner.forward
+
+    @functools.wraps(forward)
+    def rows_forward(video, audio, perturbations, *args, **kwargs):
+        video, audio = collapse(video, audio)
+        return forward(video, audio, perturbations, *args, **kwargs)
+
+    owner.forward = rows_forward
+    setattr(owner, WRAPPED, True)
+    return True
