@@ -150,6 +150,30 @@ async def test_export_writes_a_profile_that_loads_back(tmp_path):
         assert app.dirty is False and app.profile_path == str(path)
 
 
+async def test_after_an_export_the_dialog_is_done_and_enter_closes_it(tmp_path):
+    """After a write the path field still looked editable, yet enter closed the dialog: it is done now,
+    the field disabled and Save gone, the message saying what was written and how to close."""
+    from textual.widgets import Button
+
+    path = tmp_path / "out.toml"
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert path.exists()
+        assert app.screen.query_one("#path", Input).disabled and not app.screen.query_one("#save", Button).display
+        assert app.focused is app.screen.query_one("#close", Button)
+        said = str(app.screen.query_one("#export-error", Static).render())
+        assert said.startswith(f"wrote {path}") and "enter or escape closes" in said
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ExportScreen)
+
+
 async def test_export_asks_before_overwriting(tmp_path):
     path = tmp_path / "out.toml"
     path.write_text("keep")

@@ -9,7 +9,8 @@ Two command lines, for the written profile (the default path until one is writte
 the ledger), and the equivalent LTX-2 command line. Each stays in one piece: a read-only,
 non-wrapping text area that scrolls sideways (a wrapped line pasted into a shell is broken);
 `ctrl+r` copies the run line, `ctrl+y` the LTX-2 one (OSC 52: works over SSH in terminals that
-allow it). Messages show in the dialog, never as a toast over it.
+allow it). Messages show in the dialog, never as a toast over it. Once written the dialog is done:
+the path is disabled, Save gone, and enter (on Close) or escape closes it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog export"):
-            yield Label("Export profile to:")
+            yield Label("Export profile to:", id="path-label")
             yield OrderedInput(value=self.default_path, id="path")
             yield Static("", id="export-error")
             with Horizontal(classes="buttons"):
@@ -78,7 +79,9 @@ class ExportScreen(ModalScreen[Path | None]):
         self.query_one("#path", Input).focus()
 
     def _say(self, message: str, style: str) -> None:
-        self.query_one("#export-error", Static).update(Text(message, style=style))
+        """`message` under the path; once written, with how the dialog closes."""
+        done = "; enter or escape closes" if self.written is not None else ""
+        self.query_one("#export-error", Static).update(Text(message + done, style=style))
 
     @on(Input.Submitted, "#path")
     @on(Button.Pressed, "#save")
@@ -114,10 +117,14 @@ class ExportScreen(ModalScreen[Path | None]):
             self._not_written(path, e)
             return
         self.written = path
-        self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
         self.query_one("#run-command", TextArea).load_text(run_command(str(path)).rstrip("\n"))
         self.query_one("#ltx-args", TextArea).load_text(self._command(str(path)))
         self.query_one("#close", Button).focus()
+        self.query_one("#path", Input).disabled = True  # done: nothing left to edit or save
+        self.query_one("#save", Button).display = False
+        self.query_one("#close", Button).label = "Close (enter, esc)"
+        self.query_one("#path-label", Label).update("Profile written to:")
+        self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
 
     @on(Button.Pressed, "#copy")
     def action_copy(self) -> None:
