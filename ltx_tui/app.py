@@ -114,7 +114,7 @@ class LtxTuiApp(App):
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),
         Binding("u", "tune", "Tune"),
-        Binding("c", "cancel", "Cancel"),
+        Binding("c", "cancel", "Cancel", tooltip="Cancel the smoke run or the tune (one runs at a time)"),
         Binding("e", "export", "Export"),
         Binding("o", "tab('options')", "Options", show=False),
         Binding("r", "tab('resolution')", "Plan tab (run shape, resolved options)", show=False),
@@ -444,12 +444,21 @@ class LtxTuiApp(App):
             self.action_tab("runs")  # opening the tab reads it
 
     def action_help(self) -> None:
-        keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if b.description]
+        keys = [(self.get_key_display(b), b.tooltip or b.description) for b in self.BINDINGS if b.description]
         self.push_screen(HelpScreen(keys))
 
+    def _refuse_if_busy(self) -> bool:
+        """Smoke runs and tunes go one at a time (a smoke run's workers would share the GPU with the
+        tune's timings, and c cancels the one running): whether one runs, said with how to cancel it."""
+        running = ("smoke run", "Smoke tab: t") if self._smoke_cancel is not None else \
+            ("tune", "Tune tab: n") if self._tune_cancel is not None else None
+        if running:
+            self.notify(f"A {running[0]} is running ({running[1]}); c cancels it. Smoke runs and tunes go one at "
+                        "a time.", severity="warning")
+        return running is not None
+
     def action_smoke(self) -> None:
-        if self._smoke_cancel is not None:
-            self.notify("A smoke run is already going; press c to cancel it.", severity="warning")
+        if self._refuse_if_busy():
             return
         self.action_tab("smoke")
         self._smoke_cancel = threading.Event()
@@ -460,7 +469,7 @@ class LtxTuiApp(App):
         self._run_smoke(self.profile, self._smoke_cancel)
 
     def action_cancel(self) -> None:
-        """Cancel the smoke run or the tune, whichever is going (both, if both are)."""
+        """Cancel the smoke run or the tune, whichever is going (one at a time: `_refuse_if_busy`)."""
         if self._smoke_cancel is None and self._tune_cancel is None:
             self.notify("Nothing to cancel: no smoke run or tune is going.")
             return
@@ -470,8 +479,7 @@ class LtxTuiApp(App):
                 self.query_one(status, Static).update(Text("cancelling…", style="yellow"))
 
     def action_tune(self) -> None:
-        if self._tune_cancel is not None:
-            self.notify("A tune is already going; press c to cancel it.", severity="warning")
+        if self._refuse_if_busy():
             return
         self.action_tab("tune")
         self._tune_cancel = threading.Event()

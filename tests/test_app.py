@@ -363,7 +363,7 @@ async def test_help_lists_every_binding():
         table = app.screen.query_one(DataTable)
         actions = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         for b in app.BINDINGS:
-            assert b.description in actions
+            assert (b.tooltip or b.description) in actions
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
@@ -659,6 +659,42 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks
         await pilot.pause()
         assert probed == [1]  # through the app's prober (a subprocess by default), not in the UI process
+
+
+async def test_a_smoke_run_and_a_tune_go_one_at_a_time():
+    """Both could run at once and one c cancelled both: starting one while the other runs is refused,
+    saying what runs and that c cancels it."""
+    from dataclasses import replace
+
+    tuner, runner = FakeTuner(), FakeRunner()
+    app = make_app(replace(preset("h100"), source="live"), tuner=tuner, smoke_runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        try:
+            await pilot.pause()
+            await pilot.press("u")
+            await wait_for(pilot, lambda: app.query_one("#tune-progress").progress == 2)
+            await pilot.press("s")
+            await pilot.pause()
+            assert app._smoke_cancel is None
+            said = list(app._notifications)[-1].message
+            assert "tune is running" in said and "c cancels it" in said
+            assert app.query_one("TabbedContent").active == "tune"
+            await pilot.press("c")
+            tuner.step.set()
+            await wait_for(pilot, lambda: app._tune_cancel is None)
+            await pilot.press("s")
+            table = app.query_one("#smoke-table", DataTable)
+            await wait_for(pilot, lambda: table.row_count > 0)
+            await pilot.press("u")
+            await pilot.pause()
+            assert app._tune_cancel is None
+            said = list(app._notifications)[-1].message
+            assert "smoke run is running" in said and "c cancels it" in said
+            await pilot.press("c")
+            await wait_for(pilot, lambda: app._smoke_cancel is None)
+        finally:  # a failure ends the fakes' threads too
+            tuner.step.set()
+            app._stop_work()
 
 
 async def test_tune_tab_shows_a_compiled_values_first_calls_cold_and_cached():
