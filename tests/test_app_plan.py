@@ -73,6 +73,21 @@ async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
         assert shapes_tuned == ["1536x1024x121 batch 2"]
 
 
+async def test_every_problem_of_the_run_shape_is_shown_at_once():
+    """A bad resolution and bad frames showed only the first problem: each field's now, one a line."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await set_run(pilot, resolution="770x512", frames="12x", batch="0", enter=False)
+        lines = text(app, "#run-status").splitlines()
+        assert [line.split(":")[0] for line in lines[:3]] == ["resolution 770x512", "frames", "batch"]
+        assert "'12x' is not a whole number" in lines[1] and lines[-1] == "the run is still 768x512x121"
+        assert len(lines) == 4 and app.query_one("#run-status").size.height >= 4  # none cut
+        await set_run(pilot, resolution="abc", frames="120", batch="1", enter=False)
+        lines = text(app, "#run-status").splitlines()
+        assert lines[0].startswith("resolution 'abc': expected WIDTHxHEIGHT") and "frames 120: must be 8k+1" in lines[1]
+
+
 async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
     called = []
     cpu = dataclasses.replace(preset("cpu"), source="live")

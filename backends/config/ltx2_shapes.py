@@ -54,6 +54,22 @@ class NAStage:
         return self.thw[0] * self.thw[1] * self.thw[2]
 
 
+def shape_problems(width: int | None = None, height: int | None = None, frames: int | None = None,
+                   batch: int | None = None) -> list[str]:
+    """What is wrong with the parts of a run given (None: not checked), resolution, frames, batch."""
+    problems = []
+    if width is not None and height is not None and (
+            width <= 0 or width % SPACE_SCALE or height <= 0 or height % SPACE_SCALE):
+        problems.append(f"resolution {width}x{height}: width and height must be positive "
+                        f"multiples of {SPACE_SCALE} (LTX-2's VAE compresses space by {SPACE_SCALE})")
+    if frames is not None and (frames <= 0 or (frames - 1) % TIME_SCALE):
+        problems.append(f"frames {frames}: must be 8k+1 (1, 9, 17, ..., 121; LTX-2's VAE compresses "
+                        f"time by {TIME_SCALE} after the first frame)")
+    if batch is not None and batch < 1:
+        problems.append(f"batch {batch}: must be at least 1")
+    return problems
+
+
 @dataclass(frozen=True)
 class RunShapes:
     """The shapes of one LTX-2 run at `width` x `height`, `frames` frames, batch `batch`."""
@@ -64,16 +80,7 @@ class RunShapes:
     batch: int = 1
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.width <= 0 or self.width % SPACE_SCALE or self.height <= 0 or self.height % SPACE_SCALE:
-            problems.append(f"resolution {self.width}x{self.height}: width and height must be positive "
-                            f"multiples of {SPACE_SCALE} (LTX-2's VAE compresses space by {SPACE_SCALE})")
-        if self.frames <= 0 or (self.frames - 1) % TIME_SCALE:
-            problems.append(f"frames {self.frames}: must be 8k+1 (1, 9, 17, ..., 121; LTX-2's VAE compresses "
-                            f"time by {TIME_SCALE} after the first frame)")
-        if self.batch < 1:
-            problems.append(f"batch {self.batch}: must be at least 1")
-        if problems:
+        if problems := shape_problems(self.width, self.height, self.frames, self.batch):
             raise ValueError("; ".join(problems))
 
     @property

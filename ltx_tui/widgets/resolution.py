@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Label, Static
 
-from backends.config.ltx2_shapes import RunShapes, parse_resolution
+from backends.config.ltx2_shapes import RunShapes, parse_resolution, shape_problems
 from backends.config.rules import Decision, Status, summarize
 from backends.config.options import show_value
 from ltx_tui.cli import _positive_int
@@ -24,14 +24,22 @@ from ltx_tui.widgets.ordered_input import OrderedInput
 
 def parse_run(resolution: str, frames: str, batch: str) -> RunShapes:
     """The run of the three inputs, checked as `--resolution`, `--frames` and `--batch` are;
-    ValueError with the same words."""
-    numbers = []
+    ValueError with the same words, every field's problem, one a line."""
+    problems, parts = [], {}
+    try:
+        parts["width"], parts["height"] = parse_resolution(resolution)
+        problems += shape_problems(parts["width"], parts["height"])
+    except ValueError as e:
+        problems.append(str(e))
     for name, text in (("frames", frames), ("batch", batch)):
         try:
-            numbers.append(_positive_int(text.strip()))
+            parts[name] = _positive_int(text.strip())
+            problems += shape_problems(**{name: parts[name]})
         except argparse.ArgumentTypeError as e:
-            raise ValueError(f"{name}: {e}") from None
-    return RunShapes(*parse_resolution(resolution), *numbers)
+            problems.append(f"{name}: {e}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return RunShapes(**parts)
 
 
 class RunShapeForm(Vertical):
@@ -73,7 +81,7 @@ class RunShapeForm(Vertical):
         try:
             typed = self._typed()
         except ValueError as e:
-            status.update(Text(f"{e}; the run is still {self.shapes.label}", style="red"))
+            status.update(Text(f"{e}\nthe run is still {self.shapes.label}", style="red"))
             return
         status.update(self._applied_note() if typed == self.shapes else
                       Text(f"{typed.label}: enter applies (the run is still {self.shapes.label})", style="yellow"))
