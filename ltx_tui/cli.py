@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from backends.config.ltx2_shapes import DEFAULT_RUN
+from backends.config.ltx2_shapes import DEFAULT_RUN, MAX_FRAMES, MAX_SIDE
 from backends.smoke import DEFAULT_TIMEOUT as SMOKE_TIMEOUT
 from backends.tune.run import DEFAULT_BUDGET
 from ltx_tui.errlog import log_internal_error
@@ -116,9 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tune", action="store_true",
                       help="time every runnable value of the speed options at an LTX-2 run's shapes, each in a "
                       "subprocess; cache the results (auto then picks the fastest measured) and exit")
-    tune.add_argument("--resolution", metavar="WxH", help=f"the run's width x height (default {DEFAULT_RUN.width}x{DEFAULT_RUN.height}); with --check: "
+    tune.add_argument("--resolution", metavar="WxH", help=f"the run's width x height, multiples of 32 up to "
+                      f"{MAX_SIDE} (default {DEFAULT_RUN.width}x{DEFAULT_RUN.height}); with --check: "
                       "plan the run's memory per stage against the GPU's free memory")
-    tune.add_argument("--frames", type=_positive_int, metavar="N", help=f"the run's frames, 8k+1 (default {DEFAULT_RUN.frames})")
+    tune.add_argument("--frames", type=_positive_int, metavar="N",
+                      help=f"the run's frames, 8k+1 up to {MAX_FRAMES} (default {DEFAULT_RUN.frames})")
     tune.add_argument("--batch", type=_positive_int, metavar="B", help="the run's batch (default 1)")
     tune.add_argument("--budget", type=_seconds, metavar="S",
                       help=f"seconds of measuring (default {DEFAULT_BUDGET:g}); what does not fit is reported as skipped")

@@ -88,6 +88,16 @@ async def test_every_problem_of_the_run_shape_is_shown_at_once():
         assert lines[0].startswith("resolution 'abc': expected WIDTHxHEIGHT") and "frames 120: must be 8k+1" in lines[1]
 
 
+async def test_the_plan_tab_refuses_frames_beyond_the_bound():
+    """80000001 frames planned 2.8 PB: refused, with the range and the fix."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await set_run(pilot, frames="80000001")
+        assert "frames 80000001: must be 8k+1 from 1 to 1025" in text(app, "#run-status")
+        assert "use at most 1025" in text(app, "#run-status") and app.run_shapes.frames == 121
+
+
 async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
     called = []
     cpu = dataclasses.replace(preset("cpu"), source="live")

@@ -132,6 +132,17 @@ def test_usage_errors_exit_2(capsys):
     assert info.value.code == 2 and "must be > 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value, said", [
+    ("--frames", "80000001", "frames 80000001: must be 8k+1 from 1 to 1025"),
+    ("--resolution", "65536x512", "resolution 65536x512: width and height must be multiples of 32 from 32 to 4096")])
+def test_check_refuses_a_run_beyond_the_bounds(capsys, flag, value, said):
+    """80000001 frames planned 2.8 PB: frames and the resolution have an upper bound, said with the fix."""
+    with pytest.raises(SystemExit) as info:
+        main(["--check", "--capability", "h200", flag, value])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and said in err and " — use " in err
+
+
 def test_list_capabilities(capsys):
     code, out, _ = run(capsys, "--list-capabilities")
     assert code == 0

@@ -15,8 +15,11 @@ def test_shapes_at_768x512x121():
         ((69, 64, 96), 4, (3, 5, 5), 2), ((121, 128, 192), 2, (3, 7, 7), 16)]
 
 
-@pytest.mark.parametrize("w, h, f, why", [(770, 512, 121, "multiples of 32"), (768, 512, 120, r"8k\+1"),
-                                          (0, 512, 9, "multiples of 32"), (768, 512, 9, None)])
+@pytest.mark.parametrize("w, h, f, why", [
+    (770, 512, 121, "multiples of 32 from 32 to 4096 .* — use 768x512$"), (768, 512, 120, r"8k\+1 .* — use 113 or 121$"),
+    (0, 512, 9, "multiples of 32"), (768, 512, 9, None), (4096, 4096, 1025, None),
+    (768, 512, 80000001, r"frames 80000001: must be 8k\+1 from 1 to 1025 .* — use at most 1025$"),
+    (8192, 512, 121, "resolution 8192x512: .* from 32 to 4096 .* — use 4096x512$")])
 def test_run_shapes_check_their_arguments(w, h, f, why):
     if why is None:
         RunShapes(w, h, f)

@@ -27,6 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TIME_SCALE, SPACE_SCALE = 8, 32
+# ltx-tui's bounds on a run (LTX-2's pipelines state none; they catch typos such as 80000001 frames,
+# whose memory plan ran to petabytes). LTX-2's DiT places tokens by time in seconds and space in pixels,
+# its RoPE spanning [20 s, 2048 px, 2048 px] (ltx-core model.py, `positional_embedding_max_pos`):
+# 1025 = 8 * 128 + 1 frames holds those 20 s up to 51 fps (43 s at the pipelines' default 24 fps);
+# 4096 px a side (DCI 4K): the two-stage pipelines upsample 2x (ltx-pipelines `utils/constants.py`)
+# from a first stage within those 2048 px.
+MAX_FRAMES, MAX_SIDE = 1025, 4096
 
 DIT_LAYERS, DIT_HEADS, DIT_HEAD_DIM, DIT_FF_MULT, TEXT_TOKENS = 48, 32, 128, 4, 1024
 
@@ -58,13 +65,18 @@ def shape_problems(width: int | None = None, height: int | None = None, frames: 
                    batch: int | None = None) -> list[str]:
     """What is wrong with the parts of a run given (None: not checked), resolution, frames, batch."""
     problems = []
-    if width is not None and height is not None and (
-            width <= 0 or width % SPACE_SCALE or height <= 0 or height % SPACE_SCALE):
-        problems.append(f"resolution {width}x{height}: width and height must be positive "
-                        f"multiples of {SPACE_SCALE} (LTX-2's VAE compresses space by {SPACE_SCALE})")
-    if frames is not None and (frames <= 0 or (frames - 1) % TIME_SCALE):
-        problems.append(f"frames {frames}: must be 8k+1 (1, 9, 17, ..., 121; LTX-2's VAE compresses "
-                        f"time by {TIME_SCALE} after the first frame)")
+    if width is not None and height is not None and not all(
+            SPACE_SCALE <= side <= MAX_SIDE and side % SPACE_SCALE == 0 for side in (width, height)):
+        near = "x".join(str(min(MAX_SIDE, max(SPACE_SCALE, round(side / SPACE_SCALE) * SPACE_SCALE)))
+                        for side in (width, height))
+        problems.append(f"resolution {width}x{height}: width and height must be multiples of {SPACE_SCALE} from "
+                        f"{SPACE_SCALE} to {MAX_SIDE} (LTX-2's VAE compresses space by {SPACE_SCALE}) — use {near}")
+    if frames is not None and not (1 <= frames <= MAX_FRAMES and (frames - 1) % TIME_SCALE == 0):
+        below = frames - (frames - 1) % TIME_SCALE
+        fix = (f"at most {MAX_FRAMES}" if frames > MAX_FRAMES else "at least 1" if frames < 1 else
+               f"{below} or {below + TIME_SCALE}")
+        problems.append(f"frames {frames}: must be 8k+1 from 1 to {MAX_FRAMES} (1, 9, 17, ..., 121, ..., {MAX_FRAMES}; "
+                        f"LTX-2's VAE compresses time by {TIME_SCALE} after the first frame) — use {fix}")
     if batch is not None and batch < 1:
         problems.append(f"batch {batch}: must be at least 1")
     return problems

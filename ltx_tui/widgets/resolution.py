@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Label, Static
 
-from backends.config.ltx2_shapes import RunShapes, parse_resolution, shape_problems
+from backends.config.ltx2_shapes import MAX_FRAMES, MAX_SIDE, RunShapes, parse_resolution, shape_problems
 from backends.config.rules import Decision, Status, summarize
 from backends.config.options import show_value
 from ltx_tui.cli import _positive_int
@@ -61,9 +61,10 @@ class RunShapeForm(Vertical):
         with Horizontal(id="run-inputs"):
             yield Label("run ")
             yield OrderedInput(f"{self.shapes.width}x{self.shapes.height}", id="run-resolution", compact=True,
-                        tooltip="width x height, multiples of 32 (as --resolution)")
+                        tooltip=f"width x height, multiples of 32 up to {MAX_SIDE} (as --resolution)")
             yield Label(" frames ")
-            yield OrderedInput(str(self.shapes.frames), id="run-frames", compact=True, tooltip="8k+1 (as --frames)")
+            yield OrderedInput(str(self.shapes.frames), id="run-frames", compact=True,
+                               tooltip=f"8k+1 up to {MAX_FRAMES} (as --frames)")
             yield Label(" batch ")
             yield OrderedInput(str(self.shapes.batch), id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
         yield Static(self._applied_note(), id="run-status")
