@@ -717,6 +717,37 @@ async def test_tune_tab_shows_a_compiled_values_first_calls_cold_and_cached():
         assert "chosen diffvae.mode = chunked_eager" in status  # one decode does not pay for the compile
 
 
+async def test_tables_wider_than_80_columns_say_they_scroll_sideways():
+    """At 80x24 the Tune and Smoke tables scrolled sideways with little hint: the panel's bottom border
+    says there are more columns, and which way, while some are out of sight."""
+    from backends.machine.tuned import Candidate, Tuned
+    from backends.smoke import CheckResult, CheckSpec
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+    from ltx_tui.widgets.tune_panel import TunePanel
+
+    app = make_app("h100")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        tune, table = app.query_one(TunePanel), app.query_one("#tune-table", DataTable)
+        assert not tune.border_subtitle  # the headers alone fit
+        tune.show(Tuned("x", "768x512x121", (Candidate("diffvae.na_backend", "triton", "measured", 2.0, 1e-3),)))
+        await pilot.pause()
+        assert str(tune.border_subtitle).startswith("more columns →")
+        await pilot.press("right")  # the table has the focus: the arrows scroll it
+        await pilot.pause()
+        assert str(tune.border_subtitle).startswith("← more columns →")
+        table.scroll_to(x=table.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert str(tune.border_subtitle).startswith("← more columns  ")
+        await pilot.press("t")
+        smoke = app.query_one(SmokePanel)
+        smoke.start([CheckSpec("na3d triton", "na3d", "cpu", {})])
+        smoke.result(0, CheckResult("na3d triton", "fail", 1.0, 0.5, "max error 0.5 > 0.02 " * 4))
+        await pilot.pause()
+        assert "more columns →" in str(smoke.border_subtitle)
+
+
 async def test_memory_bars_follow_the_options():
     app = make_app("rtx4090")
     async with app.run_test(size=(100, 40)) as pilot:

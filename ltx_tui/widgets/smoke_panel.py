@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
 from backends.smoke import CheckResult, CheckSpec, summary
+from ltx_tui.widgets.wide_table import WideTable
 
 COLUMNS = ("check", "status", "seconds", "max error", "message")
 STYLE = {"pass": "green", "fail": "red", "error": "red", "timeout": "red", "cancelled": "yellow", "running": "cyan",
@@ -20,7 +21,7 @@ class SmokePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("press s to run the smoke checks for the current selection", id="smoke-status")
         yield ProgressBar(total=1, show_eta=False, id="smoke-progress")
-        table = DataTable(id="smoke-table", cursor_type="row")
+        table = WideTable(id="smoke-table", cursor_type="row")
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from backends.config.run_length import run_calls
 from backends.machine.tuned import Candidate, Tuned
+from ltx_tui.widgets.wide_table import WideTable
 
 COLUMNS = ("option", "value", "bar", "ms", "status", "max error", "first s", "cached s", "reason")
 BAR = 16
@@ -36,7 +37,7 @@ class TunePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(self._idle_text(), id="tune-status")
         yield ProgressBar(total=1, show_eta=False, id="tune-progress")
-        table = DataTable(id="tune-table", cursor_type="row")
+        table = WideTable(id="tune-table", cursor_type="row")
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
