@@ -114,7 +114,7 @@ class LtxTuiApp(App):
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),
         Binding("u", "tune", "Tune"),
-        Binding("c", "cancel", "Cancel", tooltip="Cancel the smoke run or the tune (one runs at a time)"),
+        Binding("c", "cancel", "Cancel", tooltip="Cancel the smoke run or tune (one at a time)"),
         Binding("e", "export", "Export"),
         Binding("o", "tab('options')", "Options", show=False),
         Binding("r", "tab('resolution')", "Plan tab (run shape, resolved options)", show=False),
@@ -444,7 +444,12 @@ class LtxTuiApp(App):
             self.action_tab("runs")  # opening the tab reads it
 
     def action_help(self) -> None:
-        keys = [(self.get_key_display(b), b.tooltip or b.description) for b in self.BINDINGS if b.description]
+        """The keys: the app's, then the export dialog's copy keys (ctrl+c, not ^c, as its buttons say)."""
+        def shown(b: Binding) -> str:
+            key = self.get_key_display(b)
+            return f"ctrl+{key[1:]}" if key.startswith("^") else key
+        keys = [(shown(b), b.tooltip or b.description) for b in self.BINDINGS if b.description]
+        keys += [(shown(b), f"export dialog: {b.description}") for b in ExportScreen.BINDINGS if b.key != "escape"]
         self.push_screen(HelpScreen(keys))
 
     def _refuse_if_busy(self) -> bool:

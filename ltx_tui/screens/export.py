@@ -42,7 +42,7 @@ class ExportScreen(ModalScreen[Path | None]):
     """Dismisses with the written path, or None if nothing was written."""
 
     BINDINGS = [Binding("escape", "close", "Close"), Binding("ctrl+y", "copy", "Copy the LTX-2 command line"),
-                Binding("ctrl+r", "copy_run", "Copy the ltx-tui run command line")]
+                Binding("ctrl+r", "copy_run", "Copy the ltx-tui run line")]
     DEFAULT_CSS = """
     ExportScreen #run-row { height: auto; }
     ExportScreen #run-command { width: 1fr; height: 4; }  /* the line and its sideways scrollbar */

@@ -1,4 +1,5 @@
-"""Every key binding of the app."""
+"""Every key binding of the app: the keys every screen shares first (they fit at 80x24), then the
+app's, then the dialogs'. The table has the focus: up/down, pgup/pgdn, home/end scroll it."""
 
 from __future__ import annotations
 
@@ -9,28 +10,30 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
-EXTRA_KEYS = [
+GENERAL_KEYS = [
+    ("escape", "close a dialog (this one too), leave a field"),
+    ("enter / space", "change an option, choose, press a button"),
     ("tab / shift+tab", "move between controls"),
-    ("enter / space", "open a list, toggle a switch"),
-    ("up / down", "choose in an open list"),
-    ("y / n", "answer a question"),
-    ("escape", "close a dialog"),
-    ("ctrl+p", "command palette: set OPTION = VALUE, explain OPTION, smoke, tune, export, switch tab"),
+    ("up/down, pgup/pgdn", "move in a list or table (scroll this help)"),
+    ("ctrl+p", "command palette (options, smoke, tune, tabs)"),
 ]
+DIALOG_KEYS = [("y / n", "answer a question")]
 
 
 class HelpScreen(ModalScreen[None]):
+    AUTO_FOCUS = "DataTable"
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
 
     def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        """`bindings`: (key, what it does) of the app and its dialogs, listed after `GENERAL_KEYS`."""
         super().__init__()
         self.bindings = bindings
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help"):
-            yield Label("Keys (escape closes)")
+            yield Label("Keys (escape closes; up/down, pgup/pgdn scroll)")
             table = DataTable(show_cursor=False)
             table.add_columns("key", "action")
-            for key, description in self.bindings + EXTRA_KEYS:
+            for key, description in GENERAL_KEYS + self.bindings + DIALOG_KEYS:
                 table.add_row(Text(key), Text(description))
             yield table
