@@ -140,6 +140,17 @@ def test_auto_counts_the_compile_over_the_runs_length():
     assert long_run[COMPILE].effective is True and long_run[MODE].effective == "chunked_eager"
 
 
+def test_an_eager_decoder_is_charged_its_first_call_from_warm_caches_where_measured():
+    """The H200's tune of 2026-12-02: the eager decoder's cold first call (Triton NA JIT + autotune) is
+    6.4 s; a later process pays what the warm caches leave of it, as a compiled one pays its cached compile."""
+    cap = live()
+    tuned = T(cap, (MODE, "chunked_eager", "measured", 959.7, 1e-3, "", 21.3, 6.43, 1.2),
+              (MODE, "chunked_compile", "measured", 419.4, 1e-3, "", 37.1, 19.8, 3.02))
+    d = resolve(Profile(), cap, tuned)[MODE]
+    assert d.effective == "chunked_eager"
+    assert "chunked_eager 0.96 s/decode + 0.24 s first call (cached) = 1.2 s beats" in d.chain[-1].reason
+
+
 def test_a_cold_compile_counts_when_the_warm_cache_was_not_measured():
     from backends.config.run_length import RunLength
 

@@ -78,7 +78,7 @@ def cost_text(c: Candidate, option: str, calls: int) -> str:
     first call adds (a compile: from the warm compile cache where that was measured) and the total."""
     extra = max(c.first_call_s - c.ms / 1000, 0.0)
     if not descriptor(option, c.value).compiled:
-        first = f" + {_s(extra)} first call"
+        first = f" + {_s(extra)} first call{' (cached)' if c.warmup_cached_s is not None else ''}"
     else:
         first = f" + {_s(extra)} compile ({'cached' if c.warmup_cached_s is not None else 'cold cache'})"
     label = LABEL.get(c.value, c.label) if option == "compile.enabled" else c.label

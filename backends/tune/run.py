@@ -6,10 +6,13 @@ the cache already holds for the same machine and run shape (unless `fresh`), mar
 whose output is outside its accuracy bound `inaccurate` (never chosen), skips what the budget
 cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`.
 
-A value whose first call compiles (compile.enabled = true, a compiled diffvae.mode) is timed in
-a worker whose compile caches are an empty directory of its own (`warmup_s`: a cold compile);
-what it compiled is then merged into the compile caches later processes use, and a second
-worker times its first call again from them (`warmup_cached_s`): what a later run pays.
+Every value of an option whose first call may compile (compile.enabled, diffvae.mode) is timed in
+a worker whose compile caches are an empty directory of its own (`warmup_s`: a cold first call);
+what it compiled is then merged into the compile caches later processes use. A value that
+compiles, and one whose cold first call took over WARM_AGAIN_S more than a steady call (the eager
+decoder's Triton NA kernels: JIT and autotune, cached on disk too), gets a second worker that
+times its first call again from them (`warmup_cached_s`): what a later run pays. `auto` weighs
+that, so an eager value is not charged the cold first call that only a compiled one is spared.
 
 Each option's prior (the value `auto` or the profile picks without a tune) is timed first, then
 the other values: those whose first call compiles (compile.enabled, diffvae.mode: the large wins)
@@ -54,6 +57,7 @@ FINISH_S = 1.0  # kept back from the budget (at most 1% of it) for what follows 
 # SLOWER_MIN s; COMPILE_MIN s for one whose first call compiles, which a compile makes long):
 # one that needs longer is far slower and would only eat the budget.
 SLOWER, SLOWER_MIN, COMPILE_MIN = 5.0, 20.0, 120.0
+WARM_AGAIN_S = 1.0  # a cold first call this much over a steady call is timed again with warm caches
 STOPPED, UNFINISHED = "stopped after", "budget spent after"  # how the reasons of those two skips start
 # Without CUDA one candidate at LTX-2's shapes takes minutes (the DiffVAE's NA at 768x512x121 is
 # ~100x the work at 224x224x9, whose tiled eager SDPA decode alone took 18 s on two cores): a CPU
@@ -90,6 +94,16 @@ def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str, compile_cache: Pa
 def first_call_compiles(spec: Spec) -> bool:
     """Whether the candidate's first call compiles (it gets a second, warm-cache process)."""
     return spec.option in UNIT and values.value(spec.option, spec.value).compiled
+
+
+def warm_again(spec: Spec, result: Candidate) -> bool:
+    """Whether a candidate timed from cold caches gets a second, warm-cache process: it compiles, or
+    its cold first call took over WARM_AGAIN_S more than a steady call (what it filled may be cached)."""
+    if result.status != "measured":
+        return False
+    if first_call_compiles(spec):
+        return True
+    return result.warmup_s is not None and result.ms is not None and result.warmup_s - result.ms / 1000 > WARM_AGAIN_S
 
 
 def worker_argv() -> list[str]:
@@ -179,15 +193,20 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             else:
                 to_run -= 1
                 na = _na_for_decode(done)
-                cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if first_call_compiles(spec) else None
+                cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if spec.option in UNIT else None
                 try:
                     current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 or cold else None)
                     result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),
                                      limit, left, best)
-                    if cold is not None and result.status == "measured":
+                    if cold is not None and warm_again(spec, result):
                         current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 else None)
                         result = _warm_again(current, spec, shapes, na, cold, result,
                                              budget - (time.monotonic() - t0), cancel)
+                    elif cold is not None and result.status == "measured":
+                        try:  # what its first call filled (Triton's kernels) still serves later runs
+                            merge_compile_caches(cold)
+                        except OSError:
+                            pass  # a cache only: a later run fills it again
                 finally:
                     if cold is not None:
                         shutil.rmtree(cold, ignore_errors=True)
