@@ -390,14 +390,14 @@ def measure(args, model, dims: dict, tokens: int, device, dtype, refs: dict) -> 
         out = forward(model, inputs)
         sync(device)
         times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+    err = rel_l2(out, refs[tokens]) if tokens in refs else None
     del out
     t0 = time.perf_counter()
     for _ in range(args.repeat):
         out = forward(model, inputs)
     sync(device)
     b2b = (time.perf_counter() - t0) / args.repeat
-    peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
-    err = rel_l2(out, refs[tokens]) if tokens in refs else None
     outs = [t for t in out if t is not None]
     return {"s": statistics.median(times), "times": [round(t, 4) for t in times], "peak_gib": peak,
             "rel_l2": err, "first_s": first, "second_s": second, "b2b_s": b2b, "finite": all(bool(t.isfinite().all()) for t in outs),

@@ -28,6 +28,16 @@ def test_run_shapes_check_their_arguments(w, h, f, why):
         RunShapes(w, h, f)
 
 
+def test_a_shape_ltx2s_command_line_chose_is_not_held_to_ltx_tuis_bounds():
+    """`ltx-tui run` measures what LTX-2's own flags ask for (a 1033-frame video over several GPUs):
+    its plan and memory prediction take the shape; only its structure must hold."""
+    assert RunShapes(4608, 2048, 1033, bounded=False) == RunShapes(4608, 2048, 1033, bounded=False)
+    with pytest.raises(ValueError, match="at most 1025"):
+        RunShapes(768, 512, 1033)
+    with pytest.raises(ValueError, match="8k\\+1"):
+        RunShapes(768, 512, 1034, bounded=False)
+
+
 @pytest.mark.parametrize("text, ok", [("768x512", (768, 512)), ("768X512", (768, 512)), ("768", None),
                                       ("axb", None), ("-1x5", None), ("[b]1x1[/b]", None)])
 def test_parse_resolution(text, ok):

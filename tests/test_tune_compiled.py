@@ -198,6 +198,28 @@ def test_the_dit_measurement_times_one_forward_of_48_blocks_and_its_first_call(n
     assert (ms, err, warm) == (None, None, 0.5 + 23 * 0.5)  # the steady time from the pair's second call
 
 
+def test_a_cached_eager_row_with_a_slow_cold_first_call_is_timed_again_from_warm_caches(fake_worker, tmp_path,
+                                                                                          monkeypatch):
+    """A tune before eager values got their warm-cache first call cached chunked_eager with its cold
+    6.4 s alone (auto then charged it that, and picked the compiled decoder); the next tune times it
+    again. A row whose second process failed is kept: re-timing it would cost every tune."""
+    from backends.machine.tuned import Candidate, Tuned, store_tuned
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cap = live()
+    failed = "fake; first call with a warm compile cache not timed: the second process failed"
+    store_tuned(cap, Tuned(cap.fingerprint(), "768x512x121", (
+        Candidate(MODE, "chunked_eager", "measured", 1190.0, 1e-3, "", 21.3, 6.4),
+        Candidate(MODE, "chunked_compile", "measured", 550.0, 1e-3, failed, 40.0, 27.1),
+        Candidate(COMPILE, "false", "measured", 447.0, 1e-3, "", 5.0, 0.6))))
+    tuned = runmod.tune(Profile(), cap, RunShapes(768, 512, 121), options=(COMPILE, MODE), budget=60)
+    spawned = fake_worker.read_text().splitlines()
+    assert spawned[:2] == ["chunked_eager first_only=False cold=True", "chunked_eager first_only=True cold=False"]
+    assert not any(line.startswith(("chunked_compile", "false ")) for line in spawned)
+    rows = {c.value: c for c in tuned.candidates}
+    assert rows["chunked_eager"].warmup_cached_s == 1.3 and rows["chunked_compile"].reason == failed
+
+
 def test_a_cached_compiled_row_without_its_first_call_is_measured_again(fake_worker, tmp_path, monkeypatch):
     """A cache from before first calls were timed holds compiled rows auto cannot weigh: the next tune
     measures them again (cold, then warm) instead of reusing them."""

@@ -24,7 +24,7 @@ hands its NA modules):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TIME_SCALE, SPACE_SCALE = 8, 32
 # ltx-tui's bounds on a run (LTX-2's pipelines state none; they catch typos such as 80000001 frames,
@@ -62,16 +62,18 @@ class NAStage:
 
 
 def shape_problems(width: int | None = None, height: int | None = None, frames: int | None = None,
-                   batch: int | None = None) -> list[str]:
-    """What is wrong with the parts of a run given (None: not checked), resolution, frames, batch."""
+                   batch: int | None = None, bounded: bool = True) -> list[str]:
+    """What is wrong with the parts of a run given (None: not checked), resolution, frames, batch;
+    `bounded=False` leaves out ltx-tui's upper bounds (a shape LTX-2's own command line chose)."""
     problems = []
+    top_side, top_frames = (MAX_SIDE, MAX_FRAMES) if bounded else (float("inf"), float("inf"))
     if width is not None and height is not None and not all(
-            SPACE_SCALE <= side <= MAX_SIDE and side % SPACE_SCALE == 0 for side in (width, height)):
+            SPACE_SCALE <= side <= top_side and side % SPACE_SCALE == 0 for side in (width, height)):
         near = "x".join(str(min(MAX_SIDE, max(SPACE_SCALE, round(side / SPACE_SCALE) * SPACE_SCALE)))
                         for side in (width, height))
         problems.append(f"resolution {width}x{height}: width and height must be multiples of {SPACE_SCALE} from "
                         f"{SPACE_SCALE} to {MAX_SIDE} (LTX-2's VAE compresses space by {SPACE_SCALE}) — use {near}")
-    if frames is not None and not (1 <= frames <= MAX_FRAMES and (frames - 1) % TIME_SCALE == 0):
+    if frames is not None and not (1 <= frames <= top_frames and (frames - 1) % TIME_SCALE == 0):
         below = frames - (frames - 1) % TIME_SCALE
         fix = (f"at most {MAX_FRAMES}" if frames > MAX_FRAMES else "at least 1" if frames < 1 else
                f"{below} or {below + TIME_SCALE}")
@@ -84,15 +86,17 @@ def shape_problems(width: int | None = None, height: int | None = None, frames: 
 
 @dataclass(frozen=True)
 class RunShapes:
-    """The shapes of one LTX-2 run at `width` x `height`, `frames` frames, batch `batch`."""
+    """The shapes of one LTX-2 run at `width` x `height`, `frames` frames, batch `batch`;
+    `bounded=False`: a shape LTX-2's own command line chose (`ltx-tui run`), beyond ltx-tui's bounds."""
 
     width: int
     height: int
     frames: int
     batch: int = 1
+    bounded: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if problems := shape_problems(self.width, self.height, self.frames, self.batch):
+        if problems := shape_problems(self.width, self.height, self.frames, self.batch, self.bounded):
             raise ValueError("; ".join(problems))
 
     @property

@@ -306,7 +306,7 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
         return plan_here(profile, cap, device, length)
     visible = profile.replace(**{"parallel.devices": None}) if profile.parallel.devices else profile
     try:
-        run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"])
+        run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"], bounded=False)
     except (KeyError, ValueError):
         run = None  # the token cap is then "not checked" in the plan
     return plan_here(visible, cap, length=length, run=run)
@@ -404,7 +404,7 @@ def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callab
         if not {"width", "height", "frames"} <= shape.keys():
             return None, "no prediction: the run's width, height or frames are not on the command line"
         try:
-            shapes = RunShapes(shape["width"], shape["height"], shape["frames"])
+            shapes = RunShapes(shape["width"], shape["height"], shape["frames"], bounded=False)
         except ValueError as e:
             return None, f"no prediction: {e}"
         memory = plan_memory(prep.plan, shapes, None)

@@ -277,7 +277,8 @@ def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 
                        padded: int = 2) -> tuple:
     """(video, audio, perturbations) for `tiny_transformer` (or, with `channels`/`context_dim` and
     `with_audio`, another LTXModel), with a text mask whose last `padded` tokens are padding (the masked
-    slot runs); `padded=0`: no mask, as LTX-2 v1.2.0's pipelines call the DiT (`context_mask=None`)."""
+    slot runs); `padded=0`: no mask, as LTX-2 v1.2.0's pipelines call the DiT (`context_mask=None`).
+    Timesteps (B, T, 1), as its pipelines make them (`denoise_mask * sigma`)."""
     import torch
     from ltx_core.model.transformer.modality import Modality
 
@@ -298,11 +299,12 @@ def transformer_inputs(tokens: int = 24, audio_tokens: int = 10, context: int = 
         mask[:, -padded:] = 0
     sigma = torch.full((1,), 0.5, device=device)
     video = Modality(latent=rand(1, tokens, channels), sigma=sigma,
-                     timesteps=torch.full((1, tokens), 0.5, device=device), positions=positions(tokens, 3),
+                     timesteps=torch.full((1, tokens, 1), 0.5, device=device), positions=positions(tokens, 3),
                      context=rand(1, context, context_dim), context_mask=mask)
     if not with_audio:
         return video, None, None
     audio = Modality(latent=rand(1, audio_tokens, audio_channels), sigma=sigma,
-                     timesteps=torch.full((1, audio_tokens), 0.5, device=device), positions=positions(audio_tokens, 1),
+                     timesteps=torch.full((1, audio_tokens, 1), 0.5, device=device),
+                     positions=positions(audio_tokens, 1),
                      context=rand(1, context, audio_context_dim))
     return video, audio, None

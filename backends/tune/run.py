@@ -58,6 +58,7 @@ FINISH_S = 1.0  # kept back from the budget (at most 1% of it) for what follows 
 # one that needs longer is far slower and would only eat the budget.
 SLOWER, SLOWER_MIN, COMPILE_MIN = 5.0, 20.0, 120.0
 WARM_AGAIN_S = 1.0  # a cold first call this much over a steady call is timed again with warm caches
+WARM_UNTIMED, BUDGET_SPENT = "first call with a warm compile cache not timed", "budget spent"  # in such reasons
 STOPPED, UNFINISHED = "stopped after", "budget spent after"  # how the reasons of those two skips start
 # Without CUDA one candidate at LTX-2's shapes takes minutes (the DiffVAE's NA at 768x512x121 is
 # ~100x the work at 224x224x9, whose tiled eager SDPA decode alone took 18 s on two cores): a CPU
@@ -99,11 +100,22 @@ def first_call_compiles(spec: Spec) -> bool:
 def warm_again(spec: Spec, result: Candidate) -> bool:
     """Whether a candidate timed from cold caches gets a second, warm-cache process: it compiles, or
     its cold first call took over WARM_AGAIN_S more than a steady call (what it filled may be cached)."""
-    if result.status != "measured":
+    return result.status == "measured" and (first_call_compiles(spec) or _needs_warm(result))
+
+
+def _needs_warm(c: Candidate) -> bool:
+    """A measured first call over WARM_AGAIN_S above a steady call."""
+    return c.status == "measured" and c.warmup_s is not None and c.ms is not None and \
+        c.warmup_s - c.ms / 1000 > WARM_AGAIN_S
+
+
+def _warm_missing(c: Candidate) -> bool:
+    """A cached row that should have its warm-cache first call and has not: never tried (an eager value
+    timed by a tune before that rule) or cut by the budget. It is timed again; one whose second process
+    failed is not (it would cost every later tune its time)."""
+    if c.option not in UNIT or c.warmup_cached_s is not None or not _needs_warm(c):
         return False
-    if first_call_compiles(spec):
-        return True
-    return result.warmup_s is not None and result.ms is not None and result.warmup_s - result.ms / 1000 > WARM_AGAIN_S
+    return WARM_UNTIMED not in c.reason or BUDGET_SPENT in c.reason
 
 
 def worker_argv() -> list[str]:
@@ -154,7 +166,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     earlier = () if fresh else (load_tuned(cap, shapes.label) or Tuned("", "", ())).candidates
     cached = {(c.option, c.value): c for c in earlier
               if (c.status != "skipped" or c.reason.startswith(STOPPED))
-              and (c.option not in UNIT or c.status != "measured" or counted(c.option, c))}  # first call timed
+              and (c.option not in UNIT or c.status != "measured" or counted(c.option, c))  # first call timed
+              and not _warm_missing(c)}
     unfinished = {(c.option, c.value): c.seconds for c in earlier if c.reason.startswith(UNFINISHED) and c.seconds}
     done: list[Candidate] = [Candidate(o, v, "skipped", reason=why) for o, v, why in not_timed]
     prior = {d.option: show_value(d.effective) for d in resolve(profile, cap)}
@@ -253,15 +266,14 @@ def _warm_again(worker: Worker, spec: Spec, shapes: RunShapes, na: str, cold: Pa
     after what the first one compiled (into `cold`) was merged into the compile caches later runs use."""
     def untimed(why: str) -> Candidate:
         worker.kill()
-        return dataclasses.replace(result, reason=f"{result.reason}; first call with a warm compile cache not "
-                                                  f"timed: {why}")
+        return dataclasses.replace(result, reason=f"{result.reason}; {WARM_UNTIMED}: {why}")
 
     try:
         merge_compile_caches(cold)
     except OSError as e:
         return untimed(f"cannot write the compile cache ({e.strerror or e})")
     if left < MIN_TIMEOUT:
-        return untimed("budget spent; run again with a larger --budget (or --fresh)")
+        return untimed(f"{BUDGET_SPENT}; run again with a larger --budget (or --fresh)")
     outcome = worker.run(_spec_json(spec, shapes, na, first_only=True), min(left, max(SLOWER_MIN, result.seconds or 0)),
                          cancel)
     row = outcome.last_json() if outcome.status == "done" else None
