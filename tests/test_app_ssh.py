@@ -5,6 +5,8 @@ import re
 import threading
 from dataclasses import replace
 
+import pytest
+
 from textual.widgets import Static
 
 from backends.config.options import OPTIONS, CompileEnabled
@@ -58,6 +60,7 @@ async def run_command(pilot, query, reached):
     await wait_for(pilot, reached)
 
 
+@pytest.mark.slow  # 5 s; CI runs it
 async def test_palette_sets_an_option_and_the_validation_follows():
     app = make_app("h100")
     async with app.run_test(size=(100, 40)) as pilot:

@@ -63,7 +63,9 @@ def only_record(ledger: pathlib.Path) -> runs.RunRecord:
     return record
 
 
-@pytest.mark.parametrize("keep", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["dit-kept", "dit-rebuilt"])
+# 20 s each (a whole distilled run): slow, CI runs both; the quick suite keeps the as-built run
+@pytest.mark.parametrize("keep", [pytest.param(True, marks=pytest.mark.slow), pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["dit-kept", "dit-rebuilt"])
 def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorded(ltx2_pipelines, tiny, tmp_path,
                                                                                   monkeypatch, keep):
     """fp8-cast replaces the DiT's linears; distilled builds the DiT twice. Kept: stage 2 gets

@@ -178,7 +178,10 @@ def test_dit_compile_per_real_block(dit, cap):
     report = apply_profile(ours, P(compile__enabled=True, compile__backend="aot_eager"), cap)
     assert report.change("compile.enabled").modules == ("transformer_blocks.0", "transformer_blocks.1")
     assert "passed as one AdaLN row" in report.change("compile.enabled").detail  # runtime.timestep_rows
+    seen = []  # the blocks run under LTX-2's recompile limit, not Dynamo's 8
+    ours.transformer_blocks[0].register_forward_pre_hook(lambda m, a: seen.append(torch._dynamo.config.recompile_limit))
     torch.testing.assert_close(forward(ours, inputs), want, atol=1e-5, rtol=1e-5)
+    assert seen == [256]
 
 
 @pytest.mark.slow

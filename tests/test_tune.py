@@ -213,6 +213,7 @@ def narrow(monkeypatch):
     return RunShapes(256, 224, 9)
 
 
+@pytest.mark.slow  # 5.5 s; CI runs it
 def test_na_measurement_times_every_stage_and_checks_accuracy(narrow, monkeypatch):
     calls = []
     real = measure.bench

@@ -24,6 +24,7 @@ from the apply on (`ApplyReport.compile_health`, `runtime.compile_watch`).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -347,6 +348,21 @@ def _copy_out(module, args, output):
     return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), output)
 
 
+# Dynamo's default of 8 graphs a code object would run the blocks eagerly once a process has met
+# more shapes (resolutions, stages, one-token and per-token timesteps, perturbations); LTX-2's own
+# compile allows 256 (ltx_core/model/transformer/compiling.py, `cache_size_limit`).
+RECOMPILE_LIMIT = 256
+
+
+def _recompile_limit(forward: Callable) -> Callable:
+    """`forward` run under Dynamo's RECOMPILE_LIMIT (once a forward, as LTX-2 patches its config)."""
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return forward(*args, **kwargs)
+    return run
+
+
 def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
     blocks_name, blocks = find_blocks(model)
     if not blocks:
@@ -368,6 +384,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         rows = timestep_rows.install(model)
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
+        model.forward = _recompile_limit(model.forward)
         if loop:
             report.loop_graphs = capture_loop(model)
         elif graphs:
