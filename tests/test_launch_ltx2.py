@@ -63,6 +63,35 @@ def only_record(ledger: pathlib.Path) -> runs.RunRecord:
     return record
 
 
+@pytest.mark.slow  # a whole distilled run with Dynamo tracing the blocks (~25 s)
+def test_a_compiled_run_gets_ltx2s_pipeline_timesteps_as_one_adaln_row(ltx2_pipelines, tiny, tmp_path, monkeypatch):
+    """LTX-2's pipelines pass (B, T, 1) timesteps (`denoise_mask * sigma`); a text-to-video run's are
+    uniform, so the compiled DiT gets them as one token (`runtime.timestep_rows`), both stages."""
+    from backends.runtime import timestep_rows
+
+    seen = []
+    original = timestep_rows.collapse
+
+    def spy(*modalities):
+        out = original(*modalities)
+        seen.append(tuple(None if m is None else (tuple(a.timesteps.shape), tuple(m.timesteps.shape))
+                          for a, m in zip(modalities, out)))
+        return out
+    monkeypatch.setattr(timestep_rows, "collapse", spy)
+    profile = tmp_path / "p.toml"
+    profile.write_text('[compile]\nenabled = true\nbackend = "eager"\n')
+    out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
+    assert main(["run", "--profile", str(profile), "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 *args_for(tiny, "distilled", out)]) == 0
+    r = only_record(ledger)
+    dit = next(m for m in r.models if m.model == "LTXModel")
+    assert any("one AdaLN row" in c for c in dit.changes if c.startswith("compile.enabled")), dit.changes
+    assert len(seen) == 8 + 3  # every DiT forward of both stages
+    for (video_in, video_out), (audio_in, audio_out) in seen:
+        assert len(video_in) == 3 and video_in[1] > 1 and video_out == (1, 1, 1)
+        assert len(audio_in) == 3 and audio_out == (1, 1, 1)
+
+
 # 20 s each (a whole distilled run): slow, CI runs both; the quick suite keeps the as-built run
 @pytest.mark.parametrize("keep", [pytest.param(True, marks=pytest.mark.slow), pytest.param(False, marks=pytest.mark.slow)],
                          ids=["dit-kept", "dit-rebuilt"])
