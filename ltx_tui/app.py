@@ -455,12 +455,15 @@ class LtxTuiApp(App):
     def _refuse_if_busy(self) -> bool:
         """Smoke runs and tunes go one at a time (a smoke run's workers would share the GPU with the
         tune's timings, and c cancels the one running): whether one runs, said with how to cancel it."""
-        running = ("smoke run", "Smoke tab: t") if self._smoke_cancel is not None else \
-            ("tune", "Tune tab: n") if self._tune_cancel is not None else None
-        if running:
-            self.notify(f"A {running[0]} is running ({running[1]}); c cancels it. Smoke runs and tunes go one at "
-                        "a time.", severity="warning")
-        return running is not None
+        for what, tab, cancel in (("smoke run", "Smoke tab: t", self._smoke_cancel),
+                                  ("tune", "Tune tab: n", self._tune_cancel)):
+            if cancel is not None:
+                state = "being cancelled" if cancel.is_set() else "running"
+                then = "it stops in a moment" if cancel.is_set() else "c cancels it"
+                self.notify(f"A {what} is {state} ({tab}); {then}. Smoke runs and tunes go one at a time.",
+                            severity="warning")
+                return True
+        return False
 
     def action_smoke(self) -> None:
         if self._refuse_if_busy():
