@@ -208,7 +208,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 na = _na_for_decode(done)
                 cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if spec.option in UNIT else None
                 try:
-                    current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 or cold else None)
+                    current, spare = spare or _new_worker(), (
+                        _new_worker() if to_run > 0 or first_call_compiles(spec) else None)  # its warm-cache run
                     result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),
                                      limit, left, best)
                     if cold is not None and warm_again(spec, result):
