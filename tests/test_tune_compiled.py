@@ -39,6 +39,21 @@ def test_the_default_set_times_the_decoder_layouts_and_compile_on_a_gpu():
                                MODE)
 
 
+def test_the_default_set_leaves_an_na_backend_with_one_runnable_value_untimed():
+    """An H200 without NATTEN runs one NA backend (the Triton kernel, auto's prior there): timing it alone
+    cost the default tune 25 s and could not change auto; asked for with --options, it is timed."""
+    cap = preset("h200")
+    packages = dict(cap.packages)
+    packages["natten"] = dataclasses.replace(packages["natten"], available=False, version=None,
+                                             reason="not installed", details={})
+    cap = dataclasses.replace(cap, packages=packages)
+    specs, skipped = candidates(Profile(), cap)
+    assert "diffvae.na_backend" not in {s.option for s in specs}
+    assert "nothing to choose between" in {(o, v): r for o, v, r in skipped}["diffvae.na_backend", "triton"]
+    assert {s.option for s in specs} >= {"transformer.attention", "transformer.quantization", COMPILE, MODE}
+    assert "triton" in [s.value for s in candidates(Profile(), cap, ("diffvae.na_backend",))[0]]
+
+
 def test_a_cpu_skips_the_compiles_and_an_option_left_with_one_value_saying_why():
     specs, skipped = candidates(Profile(), preset("cpu"))
     assert not any(s.option in (MODE, COMPILE) for s in specs)

@@ -3,9 +3,10 @@
 A value is a candidate when the profile with that value pinned (and compile enabled, for
 compile.mode) resolves to exactly that value here (ok or warning: runnable by ltx-tui's runtime). `diffvae.na_backend = natten` is one
 candidate per NATTEN kernel that runs here (`natten:hopper-fna`), since the kernel decides its
-speed. An option whose first call compiles (`run_length.UNIT`) is timed only where two of its
-values can be: one alone leaves `auto` nothing to choose. What is not timed is listed as
-skipped, with the reason.
+speed. An option whose first call compiles (`run_length.UNIT`), and in the default set any option,
+is timed only where two of its values can be: one alone leaves `auto` nothing to choose (on an H200
+without NATTEN, the Triton NA alone took 25 s of the 150 s budget; `--options` still times it). What
+is not timed is listed as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                 if stands_in_for in timed:
                     specs.remove(spec)
                     skipped.append((option, spec.value, why))
-        if option in UNIT and len(specs) - first == 1:
+        if len(specs) - first == 1 and (option in UNIT or options == DEFAULT_OPTIONS):
             alone = specs.pop()
             skipped.append((option, alone.value, "the only value of this option timed here: auto has nothing to "
                             "choose between, so it keeps its prior"))
