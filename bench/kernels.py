@@ -20,12 +20,18 @@ Part 5 (`rows`), the memory rate (GB/s: bytes read and written / time) of the Di
 passes: the fp8 row quantization at the block's activation shapes, the AdaLN norm + modulation as
 Inductor compiles it, and the fp8 attention's q/k/v quantization.
 
+Part 6 (`adaln`), LTX-2's DiT block norms at 6144 and 24576 tokens x 4096, the modulation one row
+(uniform timesteps, `runtime.timestep_rows`) and per token: its `ada_zero_function` (rms_norm(x) *
+(1 + scale) + shift) and `post_sa_function` ((x + y * gate, rms_norm of that)) as LTX-2's eager
+ops, compiled by Inductor, and `kernels.adaln` (one pass each); GB/s counts each tensor read or
+written once; rel L2 against the ops in fp32.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows,adaln] [--mlp-configs m128h64w8s3,...]
 """
 
 from __future__ import annotations
@@ -219,6 +225,46 @@ def rows() -> None:
           f"  (2 reads + 1 write)")
 
 
+def adalns() -> None:
+    """LTX-2's ada_zero and post_sa: its eager ops, Inductor's, `kernels.adaln`'s one pass."""
+    from kernels import adaln
+
+    def eager_ada(x, eps, scale, shift):  # LTX-2's PytorchAdaZeroFunction
+        return F.rms_norm(x, (x.shape[-1],), eps=eps) * (1 + scale) + shift
+
+    def eager_post(x, y, w, eps, gate):  # LTX-2's PytorchPostSAFunction
+        fma = x + y * gate
+        return [fma, F.rms_norm(fma, (x.shape[-1],), w, eps=eps)]
+
+    compiled_ada, compiled_post = torch.compile(eager_ada), torch.compile(eager_post)
+    print(f"{'tokens, modulation':<22} {'op':<30} {'ms':>8} {'GB/s':>8} {'vs eager':>9} {'rel L2':>9}")
+    for m in (6144, 24576):
+        for rows in (1, m):
+            x, y = (torch.randn(1, m, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            scale, shift, gate = (torch.randn(1, rows, 4096, device="cuda", dtype=torch.bfloat16) * 0.1
+                                  for _ in range(3))
+            mods = 2 * rows * 4096 * 2  # bytes of scale + shift
+            ref = adaln.ada_zero_torch(x.float(), 1e-6, scale.float(), shift.float())
+            base = None
+            for name, fn in (("ada_zero, LTX-2 eager", lambda: eager_ada(x, 1e-6, scale, shift)),
+                             ("ada_zero, Inductor", lambda: compiled_ada(x, 1e-6, scale, shift)),
+                             ("ada_zero, kernels.adaln", lambda: adaln.ada_zero(x, 1e-6, scale, shift))):
+                t = bench(fn)
+                base = base or t
+                print(f"{f'{m}, {rows} row(s)':<22} {name:<30} {t:8.4f} {(x.numel() * 4 + mods) / t / 1e6:8.0f} "
+                      f"{base / t:8.2f}x {rel_l2(fn().float(), ref):9.2e}")
+            ref = adaln.post_sa_torch(x.float(), y.float(), None, 1e-6, gate.float())[1]
+            base = None
+            for name, fn in (("post_sa, LTX-2 eager", lambda: eager_post(x, y, None, 1e-6, gate)),
+                             ("post_sa, Inductor", lambda: compiled_post(x, y, None, 1e-6, gate)),
+                             ("post_sa, kernels.adaln", lambda: adaln.post_sa(x, y, None, 1e-6, gate))):
+                t = bench(fn)
+                base = base or t
+                print(f"{f'{m}, {rows} row(s)':<22} {name:<30} {t:8.4f} "
+                      f"{(x.numel() * 8 + rows * 4096 * 2) / t / 1e6:8.0f} {base / t:8.2f}x "
+                      f"{rel_l2(fn()[1].float(), ref):9.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
@@ -238,6 +284,8 @@ def main() -> None:
         gelus()
     if "rows" in parts:
         rows()
+    if "adaln" in parts:
+        adalns()
 
 
 if __name__ == "__main__":

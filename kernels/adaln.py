@@ -1,0 +1,125 @@
+"""LTX-2's DiT block norms as one pass each: its `ada_zero_function` and `post_sa_function` slots.
+
+LTX-2 v1.2.0's `BasicAVTransformerBlock` takes two norm ops as pluggable functions
+(`TransformerOpsConfig`, ltx_core/model/transformer/ops.py):
+- ada_zero(x, eps, scale, shift) = rms_norm(x) * (1 + scale) + shift: the AdaLN before each
+  attention and the feed-forward (4 calls a block for the video tokens);
+- post_sa(x, y, weight, eps, gate) = (x + y * gate, rms_norm(x + y * gate, weight)): the gated
+  residual after self-attention and the norm of the text cross-attention's input.
+Run eagerly, each is 3-5 passes over the (tokens, dim) activations; here each is one program a
+row that reads x (and y) once and writes once (twice for post_sa), in fp32 inside. `scale`,
+`shift` and `gate` are anything that broadcasts to x's (B, T, D): one row per batch (LTX-2's
+one-token timesteps) or per token. The rms is over the last dimension, eps inside the root, as
+`torch.nn.functional.rms_norm`; post_sa's norm reads the residual as stored (in x's dtype).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.na3d_triton import interpreting
+
+MAX_DIM = 16384  # one row in registers
+
+
+@triton.jit
+def _ada_zero(X, SCALE, SHIFT, OUT, T, D, eps, sb_scale, st_scale, sb_shift, st_shift, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    b, t = row // T, row % T
+    d = tl.arange(0, BLOCK)
+    m = d < D
+    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
+    scale = tl.load(SCALE + b * sb_scale + t * st_scale + d, mask=m, other=0.0).to(tl.float32)
+    shift = tl.load(SHIFT + b * sb_shift + t * st_shift + d, mask=m, other=0.0).to(tl.float32)
+    tl.store(OUT + row * D + d, (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _post_sa(X, Y, GATE, W, RES, NORMED, T, D, eps, sb_gate, st_gate, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    b, t = row // T, row % T
+    d = tl.arange(0, BLOCK)
+    m = d < D
+    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
+    y = tl.load(Y + row * D + d, mask=m, other=0.0).to(tl.float32)
+    gate = tl.load(GATE + b * sb_gate + t * st_gate + d, mask=m, other=0.0).to(tl.float32)
+    res = (x + y * gate).to(RES.dtype.element_ty)
+    tl.store(RES + row * D + d, res, mask=m)
+    r = res.to(tl.float32)
+    out = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
+    if HAS_W:
+        out = out * tl.load(W + d, mask=m, other=0.0).to(tl.float32)
+    tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
+
+
+def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[tuple[int, int]]:
+    """Check the arguments; per modulation tensor, its (batch, token) strides over x's (B, T, D)."""
+    if x.dim() != 3:
+        raise ValueError(f"{name}: x must be (batch, tokens, dim), got shape {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: x must be contiguous")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"{name}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if not 0 < x.shape[-1] <= MAX_DIM:
+        raise ValueError(f"{name}: dim {x.shape[-1]} is outside 1..{MAX_DIM}")
+    strides = []
+    for what, t in mods:
+        try:
+            view = t.expand_as(x)
+        except RuntimeError:
+            raise ValueError(f"{name}: {what} of shape {tuple(t.shape)} does not broadcast to x's "
+                             f"{tuple(x.shape)}") from None
+        if view.stride(-1) != 1 or t.device != x.device:
+            raise ValueError(f"{name}: {what} must be on x's device with a contiguous last dimension")
+        strides.append((view.stride(0), view.stride(1)))
+    return strides
+
+
+def ada_zero_torch(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """rms_norm(x) * (1 + scale) + shift in fp32, rounded once to x's dtype (any device)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1 + scale.float()) + shift.float()).to(x.dtype)
+
+
+def post_sa_torch(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                  gate: torch.Tensor) -> list[torch.Tensor]:
+    """[x + y * gate, rms_norm(that, weight)] in fp32, each rounded once to x's dtype (any device)."""
+    res = (x.float() + y.float() * gate.float()).to(x.dtype)
+    r = res.float()
+    out = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        out = out * weight.float()
+    return [res, out.to(x.dtype)]
+
+
+def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """LTX-2's ada_zero in one pass (CUDA, or the Triton interpreter; else the torch ops)."""
+    (sc, sh) = _rows(x, "ada_zero", ("scale", scale), ("shift", shift))
+    if not (x.is_cuda or interpreting()):
+        return ada_zero_torch(x, eps, scale, shift)
+    out = torch.empty_like(x)
+    b, t, d = x.shape
+    _ada_zero[(b * t,)](x, scale, shift, out, t, d, float(eps), *sc, *sh, BLOCK=triton.next_power_of_2(d),
+                        num_warps=8 if d >= 4096 else 4)
+    return out
+
+
+def post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
+            gate: torch.Tensor) -> list[torch.Tensor]:
+    """LTX-2's post_sa in one pass (CUDA, or the Triton interpreter; else the torch ops)."""
+    (g,) = _rows(x, "post_sa", ("gate", gate))
+    if y.shape != x.shape or not y.is_contiguous() or y.device != x.device:
+        raise ValueError(f"post_sa: y must be contiguous, on x's device, of x's shape {tuple(x.shape)}, "
+                         f"got {tuple(y.shape)}")
+    if weight is not None and (weight.shape != x.shape[-1:] or weight.device != x.device):
+        raise ValueError(f"post_sa: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
+    if not (x.is_cuda or interpreting()):
+        return post_sa_torch(x, y, weight, eps, gate)
+    res, normed = torch.empty_like(x), torch.empty_like(x)
+    b, t, d = x.shape
+    _post_sa[(b * t,)](x, y, gate, x if weight is None else weight.contiguous(), res, normed, t, d, float(eps), *g,
+                       HAS_W=weight is not None, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+    return [res, normed]

@@ -1,0 +1,73 @@
+"""`kernels.adaln`: LTX-2's ada_zero and post_sa norms in one pass each, in the Triton interpreter,
+against their definition in float64 and against LTX-2's own PytorchAdaZeroFunction /
+PytorchPostSAFunction."""
+
+import pytest
+import torch
+
+from kernels import adaln
+
+
+def rms(x, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def inputs(dtype, b=2, t=5, d=48, per_token=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(b, t, d, generator=g) * 3).to(dtype)
+    rows = t if per_token else 1
+    scale, shift, gate = ((torch.randn(b, rows, d, generator=g) * 0.5).to(dtype) for _ in range(3))
+    return x, scale, shift, gate
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_ada_zero_is_its_definition(dtype, tol, per_token):
+    x, scale, shift, _ = inputs(dtype, per_token=per_token)
+    want = rms(x.double(), 1e-6) * (1 + scale.double()) + shift.double()
+    for run in (adaln.ada_zero, adaln.ada_zero_torch):  # the kernel, and the ops off CUDA
+        got = run(x, 1e-6, scale, shift)
+        assert got.dtype == dtype and got.shape == x.shape
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 3e-3)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_post_sa_is_its_definition(dtype, tol, weighted):
+    x, _, _, gate = inputs(dtype, per_token=weighted, d=40)  # a dim that is not a power of two
+    y = torch.randn_like(x.float()).to(dtype)
+    weight = (torch.rand(x.shape[-1]) + 0.5).to(dtype) if weighted else None
+    want_res = x.double() + y.double() * gate.double()
+    for run in (adaln.post_sa, adaln.post_sa_torch):
+        res, normed = run(x, y, weight, 1e-6, gate)
+        want = rms(res.double(), 1e-6) * (1 if weight is None else weight.double())  # the stored residual's norm
+        torch.testing.assert_close(res.double(), want_res, rtol=tol, atol=tol)
+        torch.testing.assert_close(normed.double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_they_match_ltx2s_own_ops():
+    from ltx_core.model.transformer.ops import PytorchAdaZeroFunction, PytorchPostSAFunction
+
+    x, scale, shift, gate = inputs(torch.float32, per_token=True)
+    y = torch.randn_like(x)
+    torch.testing.assert_close(adaln.ada_zero(x, 1e-6, scale, shift), PytorchAdaZeroFunction()(x, 1e-6, scale, shift))
+    for got, want in zip(adaln.post_sa(x, y, None, 1e-6, gate), PytorchPostSAFunction()(x, y, None, 1e-6, gate)):
+        torch.testing.assert_close(got, want)
+
+
+def test_arguments_are_checked_up_front():
+    x, scale, shift, gate = inputs(torch.float32)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        adaln.ada_zero(x, 1e-6, scale[..., :-1], shift)
+    with pytest.raises(ValueError, match=r"\(batch, tokens, dim\)"):
+        adaln.ada_zero(x[0], 1e-6, scale, shift)
+    with pytest.raises(ValueError, match="contiguous"):
+        adaln.ada_zero(x.transpose(0, 1), 1e-6, scale, shift)
+    with pytest.raises(ValueError, match="y must be"):
+        adaln.post_sa(x, x[:, :-1], None, 1e-6, gate)
+    with pytest.raises(ValueError, match="weight must be"):
+        adaln.post_sa(x, x, torch.ones(3), 1e-6, gate)
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
+        adaln.ada_zero(x.double(), 1e-6, scale, shift)
