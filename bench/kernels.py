@@ -236,14 +236,15 @@ def adalns() -> None:
         fma = x + y * gate
         return [fma, F.rms_norm(fma, (x.shape[-1],), w, eps=eps)]
 
-    compiled_ada, compiled_post = torch.compile(eager_ada), torch.compile(eager_post)
+    compiled_ada, compiled_post = torch.compile(eager_ada, dynamic=False), torch.compile(eager_post, dynamic=False)
     print(f"{'tokens, modulation':<22} {'op':<30} {'ms':>8} {'GB/s':>8} {'vs eager':>9} {'rel L2':>9}")
     for m in (6144, 24576):
-        for rows in (1, m):
+        for per_row in (1, m):
             x, y = (torch.randn(1, m, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-            scale, shift, gate = (torch.randn(1, rows, 4096, device="cuda", dtype=torch.bfloat16) * 0.1
-                                  for _ in range(3))
-            mods = 2 * rows * 4096 * 2  # bytes of scale + shift
+            # as LTX-2's get_ada_values makes them: slices of one (1, rows, 9, 4096) tensor
+            ada = torch.randn(1, per_row, 9, 4096, device="cuda", dtype=torch.bfloat16) * 0.1
+            shift, scale, gate = ada[:, :, 0], ada[:, :, 1], ada[:, :, 2]
+            mods = 2 * per_row * 4096 * 2  # bytes of scale + shift
             ref = adaln.ada_zero_torch(x.float(), 1e-6, scale.float(), shift.float())
             base = None
             for name, fn in (("ada_zero, LTX-2 eager", lambda: eager_ada(x, 1e-6, scale, shift)),
@@ -251,7 +252,7 @@ def adalns() -> None:
                              ("ada_zero, kernels.adaln", lambda: adaln.ada_zero(x, 1e-6, scale, shift))):
                 t = bench(fn)
                 base = base or t
-                print(f"{f'{m}, {rows} row(s)':<22} {name:<30} {t:8.4f} {(x.numel() * 4 + mods) / t / 1e6:8.0f} "
+                print(f"{f'{m}, {per_row} row(s)':<22} {name:<30} {t:8.4f} {(x.numel() * 4 + mods) / t / 1e6:8.0f} "
                       f"{base / t:8.2f}x {rel_l2(fn().float(), ref):9.2e}")
             ref = adaln.post_sa_torch(x.float(), y.float(), None, 1e-6, gate.float())[1]
             base = None
@@ -260,8 +261,8 @@ def adalns() -> None:
                              ("post_sa, kernels.adaln", lambda: adaln.post_sa(x, y, None, 1e-6, gate))):
                 t = bench(fn)
                 base = base or t
-                print(f"{f'{m}, {rows} row(s)':<22} {name:<30} {t:8.4f} "
-                      f"{(x.numel() * 8 + rows * 4096 * 2) / t / 1e6:8.0f} {base / t:8.2f}x "
+                print(f"{f'{m}, {per_row} row(s)':<22} {name:<30} {t:8.4f} "
+                      f"{(x.numel() * 8 + per_row * 4096 * 2) / t / 1e6:8.0f} {base / t:8.2f}x "
                       f"{rel_l2(fn()[1].float(), ref):9.2e}")
 
 

@@ -454,12 +454,13 @@ class LtxTuiApp(App):
 
     def _refuse_if_busy(self) -> bool:
         """Smoke runs and tunes go one at a time (a smoke run's workers would share the GPU with the
-        tune's timings, and c cancels the one running): whether one runs, said with how to cancel it."""
+        tune's timings, and c cancels the one running): whether one runs, said with how to cancel it
+        (or that it is being cancelled)."""
         for what, tab, cancel in (("smoke run", "Smoke tab: t", self._smoke_cancel),
                                   ("tune", "Tune tab: n", self._tune_cancel)):
             if cancel is not None:
                 state = "being cancelled" if cancel.is_set() else "running"
-                then = "it stops in a moment" if cancel.is_set() else "c cancels it"
+                then = "it stops when its current step ends" if cancel.is_set() else "c cancels it"
                 self.notify(f"A {what} is {state} ({tab}); {then}. Smoke runs and tunes go one at a time.",
                             severity="warning")
                 return True

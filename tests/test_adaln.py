@@ -32,9 +32,9 @@ def test_ada_zero_is_its_definition(dtype, tol, per_token):
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 3e-3)])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_post_sa_is_its_definition(dtype, tol, weighted):
-    x, _, _, gate = inputs(dtype, per_token=weighted, d=40)  # a dim that is not a power of two
+@pytest.mark.parametrize("weighted, per_token", [(False, False), (True, True), (True, False)])
+def test_post_sa_is_its_definition(dtype, tol, weighted, per_token):
+    x, _, _, gate = inputs(dtype, per_token=per_token, d=40)  # a dim that is not a power of two
     y = torch.randn_like(x.float()).to(dtype)
     weight = (torch.rand(x.shape[-1]) + 0.5).to(dtype) if weighted else None
     want_res = x.double() + y.double() * gate.double()
@@ -57,6 +57,21 @@ def test_they_match_ltx2s_own_ops():
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_modulation_as_ltx2_slices_it(rows):
+    """LTX-2's get_ada_values hands over slices of one (B, rows, k, D) tensor (table + timestep
+    embedding): strided in tokens, one row per batch or one per token."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 5, 24, generator=g)
+    ada = torch.randn(3, rows, 9, 24, generator=g) * 0.5
+    shift, scale, gate = ada.unbind(2)[:3]
+    want = rms(x.double(), 1e-6) * (1 + scale.double()) + shift.double()
+    torch.testing.assert_close(adaln.ada_zero(x, 1e-6, scale, shift).double(), want, rtol=1e-5, atol=1e-5)
+    y = torch.randn_like(x)
+    torch.testing.assert_close(adaln.post_sa(x, y, None, 1e-6, gate)[0].double(),
+                               x.double() + y.double() * gate.double(), rtol=1e-5, atol=1e-5)
+
+
 def test_arguments_are_checked_up_front():
     x, scale, shift, gate = inputs(torch.float32)
     with pytest.raises(ValueError, match="does not broadcast"):
@@ -71,3 +86,5 @@ def test_arguments_are_checked_up_front():
         adaln.post_sa(x, x, torch.ones(3), 1e-6, gate)
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         adaln.ada_zero(x.double(), 1e-6, scale, shift)
+    with pytest.raises(ValueError, match="in x's dtype"):  # eager torch would promote the output instead
+        adaln.ada_zero(x.half(), 1e-6, scale, shift)

@@ -692,7 +692,7 @@ async def test_a_smoke_run_and_a_tune_go_one_at_a_time():
             await pilot.press("s")  # the tune has not stopped yet: said so, not "c cancels it" again
             await pilot.pause()
             said = list(app._notifications)[-1].message
-            assert "tune is being cancelled" in said and "stops in a moment" in said and app._smoke_cancel is None
+            assert "tune is being cancelled" in said and "current step ends" in said and app._smoke_cancel is None
             tuner.step.set()
             await wait_for(pilot, lambda: app._tune_cancel is None)
             await pilot.press("s")

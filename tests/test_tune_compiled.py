@@ -249,3 +249,31 @@ def test_a_cached_compiled_row_without_its_first_call_is_measured_again(fake_wor
     assert fake_worker.read_text().splitlines() == ["true first_only=False cold=True", "true first_only=True cold=False"]
     rows = {c.value: c for c in tuned.candidates}
     assert (rows["true"].warmup_s, rows["true"].warmup_cached_s) == (8.1, 2.2)
+
+
+def test_a_warm_first_call_cut_short_is_timed_again_and_a_failed_one_is_not():
+    from backends.machine.tuned import Candidate
+
+    def row(value, reason, warm=None, cold=6.4, ms=1190.0):
+        return Candidate(MODE, value, "measured", ms, 1e-3, reason, 20.0, cold, warm)
+
+    untimed = "fake; first call with a warm compile cache not timed: "
+    assert runmod._warm_missing(row("chunked_eager", "fake"))  # an old tune never tried it
+    assert runmod._warm_missing(row("chunked_eager", untimed + "the second process timeout; run again"))
+    assert runmod._warm_missing(row("chunked_compile", untimed + "the second process cancelled; run again", cold=1.0))
+    assert runmod._warm_missing(row("chunked_eager", untimed + "budget spent; run again with a larger --budget"))
+    assert not runmod._warm_missing(row("chunked_eager", untimed + "the second process failed (Traceback ...)"))
+    assert not runmod._warm_missing(row("chunked_eager", "fake", warm=1.3))  # it has one
+    assert not runmod._warm_missing(row("chunked_eager", "fake", cold=1.5))  # a quick first call needs none
+    assert not runmod._warm_missing(row("combined_eager", "fake"))  # a value of another version
+
+
+def test_decoders_are_timed_with_the_na_backend_left_untimed_alone():
+    from backends.machine.tuned import Candidate
+    from backends.tune.candidates import ALONE
+
+    alone = Candidate("diffvae.na_backend", "triton", "skipped", reason=f"{ALONE}: auto has nothing to choose")
+    assert runmod._na_for_decode([alone]) == "triton"
+    measured = Candidate("diffvae.na_backend", "natten:hopper-fna", "measured", 50.0, 1e-3)
+    assert runmod._na_for_decode([alone, measured]) == "natten"
+    assert runmod._na_for_decode([]) == "auto"

@@ -26,6 +26,7 @@ from backends.machine.capability import Capability
 OPTIONS = ("diffvae.na_backend", "transformer.attention", "transformer.quantization", "compile.enabled",
            "compile.mode", "diffvae.mode")
 DEFAULT_OPTIONS = tuple(o for o in OPTIONS if o != "compile.mode")
+ALONE = "the only value of this option that runs here"  # how the reason of a value left untimed alone starts
 NOT_VALUES = {"auto", "automatic"}
 # Values that would only burn the budget: a reason instead of a timing.
 _CPU_COMPILE = ("on a CPU Inductor compiles C++ for minutes at LTX-2's full-size modules, over the tune's budget; "
@@ -116,6 +117,6 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                     skipped.append((option, spec.value, why))
         if len(specs) - first == 1 and (option in UNIT or options == DEFAULT_OPTIONS):
             alone = specs.pop()
-            skipped.append((option, alone.value, "the only value of this option timed here: auto has nothing to "
-                            "choose between, so it keeps its prior"))
+            skipped.append((option, alone.value, f"{ALONE}: auto has nothing to choose between, so it keeps "
+                            f"its prior (--options {option} times it)"))
     return specs, skipped

@@ -48,7 +48,7 @@ from backends.machine.capability import Capability
 from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned, tune_lock
 from backends.machine.worker import Outcome, Worker
 from backends.runtime.compile_cache import ENV, merge_compile_caches
-from backends.tune.candidates import DEFAULT_OPTIONS, Spec, candidates
+from backends.tune.candidates import ALONE, DEFAULT_OPTIONS, Spec, candidates
 
 DEFAULT_BUDGET = 150.0
 MIN_TIMEOUT = 5.0  # a candidate is not started with less budget left than this
@@ -58,7 +58,8 @@ FINISH_S = 1.0  # kept back from the budget (at most 1% of it) for what follows 
 # one that needs longer is far slower and would only eat the budget.
 SLOWER, SLOWER_MIN, COMPILE_MIN = 5.0, 20.0, 120.0
 WARM_AGAIN_S = 1.0  # a cold first call this much over a steady call is timed again with warm caches
-WARM_UNTIMED, BUDGET_SPENT = "first call with a warm compile cache not timed", "budget spent"  # in such reasons
+# in the reason of a row whose warm-cache first call was not timed; RETRY: cut short, timed by the next tune
+WARM_UNTIMED, BUDGET_SPENT, RETRY = "first call with a warm compile cache not timed", "budget spent", "run again"
 STOPPED, UNFINISHED = "stopped after", "budget spent after"  # how the reasons of those two skips start
 # Without CUDA one candidate at LTX-2's shapes takes minutes (the DiffVAE's NA at 768x512x121 is
 # ~100x the work at 224x224x9, whose tiled eager SDPA decode alone took 18 s on two cores): a CPU
@@ -111,11 +112,17 @@ def _needs_warm(c: Candidate) -> bool:
 
 def _warm_missing(c: Candidate) -> bool:
     """A cached row that should have its warm-cache first call and has not: never tried (an eager value
-    timed by a tune before that rule) or cut by the budget. It is timed again; one whose second process
-    failed is not (it would cost every later tune its time)."""
-    if c.option not in UNIT or c.warmup_cached_s is not None or not _needs_warm(c):
+    timed by a tune before that rule) or cut short (budget, timeout, cancel). It is timed again; one
+    whose second process failed is not (it would cost every later tune its time)."""
+    if c.option not in UNIT or c.status != "measured" or c.warmup_cached_s is not None:
         return False
-    return WARM_UNTIMED not in c.reason or BUDGET_SPENT in c.reason
+    try:
+        compiled = values.value(c.option, c.value).compiled
+    except (KeyError, ValueError):  # a value of another version: not weighed (`counted`)
+        return False
+    if not (_needs_warm(c) or compiled):
+        return False
+    return WARM_UNTIMED not in c.reason or RETRY in c.reason
 
 
 def worker_argv() -> list[str]:
@@ -124,9 +131,11 @@ def worker_argv() -> list[str]:
 
 
 def _na_for_decode(done: list[Candidate]) -> str:
-    """The NA backend a decoder candidate runs with: the fastest measured so far, else auto."""
+    """The NA backend a decoder candidate runs with: the fastest measured so far, else the one that
+    can run here (left untimed, alone), else auto."""
     ranked = Tuned("", "", tuple(done)).ranked("diffvae.na_backend")
-    return ranked[0].value.split(":")[0] if ranked else "auto"
+    alone = [c.value for c in done if c.option == "diffvae.na_backend" and c.reason.startswith(ALONE)]
+    return (ranked[0].value if ranked else alone[0] if alone else "auto").split(":")[0]
 
 
 def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
@@ -208,8 +217,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 na = _na_for_decode(done)
                 cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if spec.option in UNIT else None
                 try:
-                    current, spare = spare or _new_worker(), (
-                        _new_worker() if to_run > 0 or first_call_compiles(spec) else None)  # its warm-cache run
+                    current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 or cold else None)
                     result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),
                                      limit, left, best)
                     if cold is not None and warm_again(spec, result):
@@ -274,12 +282,14 @@ def _warm_again(worker: Worker, spec: Spec, shapes: RunShapes, na: str, cold: Pa
     except OSError as e:
         return untimed(f"cannot write the compile cache ({e.strerror or e})")
     if left < MIN_TIMEOUT:
-        return untimed(f"{BUDGET_SPENT}; run again with a larger --budget (or --fresh)")
+        return untimed(f"{BUDGET_SPENT}; {RETRY} with a larger --budget (or --fresh)")
     outcome = worker.run(_spec_json(spec, shapes, na, first_only=True), min(left, max(SLOWER_MIN, result.seconds or 0)),
                          cancel)
     row = outcome.last_json() if outcome.status == "done" else None
     if row is None or not isinstance(row.get("warmup_s"), (int, float)):
-        return untimed(f"the second process {outcome.status}" + (f" ({outcome.tail()})" if outcome.tail() else ""))
+        cut = outcome.status in ("timeout", "cancelled")  # timed again by the next tune (`_warm_missing`)
+        return untimed(f"the second process {outcome.status}" + (f"; {RETRY}" if cut else "")
+                       + (f" ({outcome.tail()})" if outcome.tail() else ""))
     return dataclasses.replace(result, warmup_cached_s=row["warmup_s"], seconds=round(
         (result.seconds or 0) + outcome.seconds, 2), reason=result.reason + cache_note(row.get("compile_cache"), "warm-cache process"))
 
