@@ -16,12 +16,19 @@ def text(app, selector):
     return str(app.query_one(selector, Static).render())
 
 
+async def open_run(pilot) -> Input:
+    """w: the Plan tab, the focus in its resolution input (returned)."""
+    await pilot.press("w")
+    await pilot.pause()
+    field = pilot.app.query_one("#run-resolution", Input)
+    assert pilot.app.focused is field
+    return field
+
+
 async def set_run(pilot, resolution=None, frames=None, batch=None, enter=True):
     """Type into the Plan tab's run inputs (w opens it in the resolution input), then enter."""
     if not isinstance(pilot.app.focused, Input):  # in a field, w is a letter
-        await pilot.press("w")
-        await pilot.pause()
-        assert pilot.app.focused is pilot.app.query_one("#run-resolution", Input)
+        await open_run(pilot)
     for name, value in (("resolution", resolution), ("frames", frames), ("batch", batch)):
         if value is not None:
             field = pilot.app.query_one(f"#run-{name}", Input)
@@ -152,10 +159,7 @@ async def test_w_opens_the_run_inputs_and_escape_leaves_them():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        await pilot.press("w")
-        await pilot.pause()
-        field = app.query_one("#run-resolution", Input)
-        assert app.focused is field
+        field = await open_run(pilot)
         field.clear()
         await pilot.press(*"1024x576", "escape")  # leaving the field applies a valid run
         await pilot.pause()
@@ -195,9 +199,7 @@ async def test_keys_that_arrive_together_are_applied_in_order():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        await pilot.press("w")
-        await pilot.pause()
-        field = app.query_one("#run-resolution", Input)
+        field = await open_run(pilot)
         assert isinstance(field, OrderedInput)
         field.value, field.cursor_position = "224x22", 6
         for key, character in (("backspace", "\x7f"), ("9", "9"), ("backspace", "\x7f"), ("6", "6"),
@@ -215,9 +217,7 @@ async def test_keys_after_a_tab_that_arrive_with_it_go_to_the_next_field():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        await pilot.press("w")
-        await pilot.pause()
-        field, frames = app.query_one("#run-resolution", Input), app.query_one("#run-frames", Input)
+        field, frames = await open_run(pilot), app.query_one("#run-frames", Input)
         field.value, field.cursor_position = "", 0
         keys = [(c, c) for c in "224x224"] + [("tab", "\t"), ("ctrl+a", "\x01"), ("ctrl+k", "\x0b"), ("9", "9"),
                                                ("enter", "\r")]
@@ -237,9 +237,7 @@ async def test_keys_after_an_escape_that_arrive_with_it_leave_the_field():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        await pilot.press("w")
-        await pilot.pause()
-        field = app.query_one("#run-resolution", Input)
+        field = await open_run(pilot)
         before = field.value
         for key, character in (("escape", "\x1b"), ("o", "o")):
             app.post_message(events.Key(key, character))
