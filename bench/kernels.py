@@ -23,8 +23,12 @@ Inductor compiles it, and the fp8 attention's q/k/v quantization.
 Part 6 (`adaln`), LTX-2's DiT block norms at 6144 and 24576 tokens x 4096, the modulation one row
 (uniform timesteps, `runtime.timestep_rows`) and per token: its `ada_zero_function` (rms_norm(x) *
 (1 + scale) + shift) and `post_sa_function` ((x + y * gate, rms_norm of that)) as LTX-2's eager
-ops, compiled by Inductor, and `kernels.adaln` (one pass each); GB/s counts each tensor read or
-written once; rel L2 against the ops in fp32.
+ops, compiled by Inductor (its defaults, and `triton.multi_kernel = 1`: persistent reductions for
+rows up to 16384, timed against the looped ones), and `kernels.adaln` (one pass each); then the fp8
+rows an fp8-scaled-mm linear takes of ada_zero's output (`quantize_rows`): two kernels, Inductor
+fusing the quantization traced as torch ops, and `kernels.adaln.ada_zero_fp8` (one pass); then a
+block's edge as Inductor fuses it (the gated residual kept, the next ada_zero's fp8 rows). GB/s
+counts each tensor read or written once; rel L2 against the ops in fp32.
 
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
@@ -46,7 +50,7 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels.int8_gemm import quantize_rows  # noqa: E402
+from kernels.int8_gemm import quantize_rows, quantize_rows_torch  # noqa: E402
 
 GEMMS = [(6144, 4096, 4096), (6144, 4096, 16384), (6144, 16384, 4096), (24576, 4096, 16384)]
 
@@ -236,7 +240,18 @@ def adalns() -> None:
         fma = x + y * gate
         return [fma, F.rms_norm(fma, (x.shape[-1],), w, eps=eps)]
 
+    def ada_rows(x, eps, scale, shift):  # ada_zero, then the fp8 rows of an fp8-scaled-mm linear's input
+        return quantize_rows_torch(eager_ada(x, eps, scale, shift).flatten(0, 1), torch.float8_e4m3fn)
+
+    def block_edge(x, y, gate, eps, scale, shift):  # the gated residual, the next ada_zero and its fp8 rows
+        x = x + y * gate
+        return x, ada_rows(x, eps, scale, shift)
+
     compiled_ada, compiled_post = torch.compile(eager_ada, dynamic=False), torch.compile(eager_post, dynamic=False)
+    multi = {"triton.multi_kernel": 1}
+    multi_ada, multi_post = (torch.compile(f, dynamic=False, options=multi) for f in (eager_ada, eager_post))
+    traced_rows, multi_rows = torch.compile(ada_rows, dynamic=False), torch.compile(ada_rows, dynamic=False, options=multi)
+    traced_edge, multi_edge = (torch.compile(block_edge, dynamic=False, options=o) for o in (None, multi))
     print(f"{'tokens, modulation':<22} {'op':<30} {'ms':>8} {'GB/s':>8} {'vs eager':>9} {'rel L2':>9}")
     for m in (6144, 24576):
         for per_row in (1, m):
@@ -249,6 +264,7 @@ def adalns() -> None:
             base = None
             for name, fn in (("ada_zero, LTX-2 eager", lambda: eager_ada(x, 1e-6, scale, shift)),
                              ("ada_zero, Inductor", lambda: compiled_ada(x, 1e-6, scale, shift)),
+                             ("ada_zero, Inductor multi-kernel", lambda: multi_ada(x, 1e-6, scale, shift)),
                              ("ada_zero, kernels.adaln", lambda: adaln.ada_zero(x, 1e-6, scale, shift))):
                 t = bench(fn)
                 base = base or t
@@ -258,12 +274,34 @@ def adalns() -> None:
             base = None
             for name, fn in (("post_sa, LTX-2 eager", lambda: eager_post(x, y, None, 1e-6, gate)),
                              ("post_sa, Inductor", lambda: compiled_post(x, y, None, 1e-6, gate)),
+                             ("post_sa, Inductor multi-kernel", lambda: multi_post(x, y, None, 1e-6, gate)),
                              ("post_sa, kernels.adaln", lambda: adaln.post_sa(x, y, None, 1e-6, gate))):
                 t = bench(fn)
                 base = base or t
                 print(f"{f'{m}, {per_row} row(s)':<22} {name:<30} {t:8.4f} "
                       f"{(x.numel() * 8 + per_row * 4096 * 2) / t / 1e6:8.0f} {base / t:8.2f}x "
                       f"{rel_l2(fn()[1].float(), ref):9.2e}")
+            # the fp8 rows an fp8-scaled-mm linear takes (x read, fp8 rows written: 3 bytes an element)
+            ref = adaln.ada_zero_torch(x.float(), 1e-6, scale.float(), shift.float()).flatten(0, 1)
+            base = None
+            for name, fn in (("ada_zero + rows, 2 kernels", lambda: quantize_rows(
+                                  adaln.ada_zero(x, 1e-6, scale, shift).flatten(0, 1), torch.float8_e4m3fn)),
+                             ("ada_zero + rows, Inductor", lambda: traced_rows(x, 1e-6, scale, shift)),
+                             ("ada_zero + rows, Ind. multi-k.", lambda: multi_rows(x, 1e-6, scale, shift)),
+                             ("ada_zero + rows, kernels.adaln", lambda: adaln.ada_zero_fp8(x, 1e-6, scale, shift)[:2])):
+                t = bench(fn)
+                base = base or t
+                q, sc = fn()
+                print(f"{f'{m}, {per_row} row(s)':<22} {name:<30} {t:8.4f} {(x.numel() * 3 + mods) / t / 1e6:8.0f} "
+                      f"{base / t:8.2f}x {rel_l2(q.float() * sc[:, None], ref):9.2e}")
+            # a block's edge: x + y * gate kept, then the next ada_zero's fp8 rows (x, y read; x, rows written)
+            base = None
+            for name, fn in (("edge, Inductor", lambda: traced_edge(x, y, gate, 1e-6, scale, shift)),
+                             ("edge, Inductor multi-kernel", lambda: multi_edge(x, y, gate, 1e-6, scale, shift))):
+                t = bench(fn)
+                base = base or t
+                print(f"{f'{m}, {per_row} row(s)':<22} {name:<30} {t:8.4f} {(x.numel() * 7 + mods) / t / 1e6:8.0f} "
+                      f"{base / t:8.2f}x {'':>9}")
 
 
 def main() -> None:

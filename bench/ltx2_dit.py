@@ -30,30 +30,34 @@ Variants (`--variants`, comma-separated; default: the first six):
   compile                ltx-tui, compile.enabled = true
   fp8-scaled-mm          ltx-tui, transformer.quantization = "fp8-scaled-mm"
   fp8-scaled-mm+compile  both
-  fp8-scaled-mm:promoted, fp8-scaled-mm+compile:promoted
-                         the same, the fp8 GEMMs without fast accumulation (an ablation)
   fp8-attn+fp8-scaled-mm, fp8-attn+fp8-scaled-mm+compile
                          the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
+  fp8-attn+fp8-scaled-mm+fast-norm
+                         eager sdpa_cudnn_fp8 + fp8-scaled-mm with transformer.fast_norm = true
+                         (`kernels.adaln` in the blocks' ada_zero / post_sa slots)
   fp8-attn+fp8-scaled-mm+graphs
                          and compile.mode = "reduce-overhead" (Inductor's CUDA graphs, one per block)
   compile+capture, fp8-scaled-mm+capture, fp8-attn+fp8-scaled-mm+capture
                          compile.capture = true: the 48-block loop as one CUDA graph per input shape
                          (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
                          sdpa_cudnn_fp8 + fp8-scaled-mm + compile
-  fp8-attn+fp8-scaled-mm+capture:unshared
-                         the same without `runtime.shared_rows` (each fp8 linear quantizes its input, where
-                         to_q, to_k and to_v of one input share one quantization otherwise; an ablation)
-  fp8-attn+fp8-scaled-mm+capture:unfused
-                         fp8-attn+fp8-scaled-mm+capture without the FeedForward's GELU fused into the fp8
-                         row quantization (an ablation)
-  fp8-attn+fp8-scaled-mm+capture:per-token
-                         the same without `runtime.timestep_rows` (timesteps equal across the tokens embedded and
-                         read per token, as LTX-2 is called; an ablation)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
   fp8-cast               ltx-tui, transformer.quantization = "fp8-cast" (per-channel scales)
   int8-w8a8              ltx-tui, transformer.quantization = "int8-w8a8"
+Ablations, `VARIANT:NAME` (repeatable, e.g. `fp8-attn+fp8-scaled-mm+capture:per-token`), change
+one thing of the profile's runtime in that variant's process:
+  promoted       the fp8 GEMMs without fast accumulation
+  unshared       without `runtime.shared_rows` (each fp8 linear quantizes its input; to_q, to_k and
+                 to_v of one input share one quantization otherwise)
+  unfused        without the FeedForward's GELU fused into the fp8 row quantization
+  per-token      without `runtime.timestep_rows` (timesteps equal across the tokens embedded and read
+                 per token, as LTX-2 is called)
+  multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
+                 each timed against the looped one at its first call)
+  traced-rows    the fp8 row quantization of the linears' inputs traced as torch ops under compile,
+                 for Inductor to fuse into the norm before it (`quant.TRACED_ROWS`)
 `--profile P.toml` (repeatable) adds a row per profile file. `auto` values follow this machine's
 tune cache (`ltx-tui --tune`), as `apply_profile` resolves them; the legend says what each got.
 
@@ -99,14 +103,13 @@ VARIANTS: dict[str, tuple[str, object]] = {
     "default": ("ltx-tui default profile", {}),
     "compile": ("ltx-tui compile", {"compile.enabled": True}),
     "fp8-scaled-mm": ("ltx-tui fp8-scaled-mm", {"transformer.quantization": "fp8-scaled-mm"}),
-    "fp8-scaled-mm:promoted": ("ltx-tui fp8-scaled-mm, fp32-promoted accumulation",
-                               {"transformer.quantization": "fp8-scaled-mm"}),
     "fp8-scaled-mm+compile": ("ltx-tui fp8-scaled-mm + compile",
                               {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
-    "fp8-scaled-mm+compile:promoted": ("ltx-tui fp8-scaled-mm + compile, fp32-promoted accumulation",
-                                       {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
     "fp8-attn+fp8-scaled-mm": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm",
                                {"transformer.attention": "sdpa_cudnn_fp8", "transformer.quantization": "fp8-scaled-mm"}),
+    "fp8-attn+fp8-scaled-mm+fast-norm": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm",
+                                         {"transformer.attention": "sdpa_cudnn_fp8",
+                                          "transformer.quantization": "fp8-scaled-mm", "transformer.fast_norm": True}),
     "fp8-attn+fp8-scaled-mm+compile": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile",
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
@@ -122,33 +125,51 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                         "compile.capture": True}),
-    "fp8-attn+fp8-scaled-mm+capture:unfused": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
-                                               "GELU not fused",
-                                               {"transformer.attention": "sdpa_cudnn_fp8",
-                                                "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
-                                                "compile.capture": True}),
-    "fp8-attn+fp8-scaled-mm+capture:unshared": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
-                                                "a quantization per linear",
-                                                {"transformer.attention": "sdpa_cudnn_fp8",
-                                                 "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
-                                                 "compile.capture": True}),
-    "fp8-attn+fp8-scaled-mm+capture:per-token": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + compile + capture, "
-                                                 "AdaLN per token",
-                                                 {"transformer.attention": "sdpa_cudnn_fp8",
-                                                  "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
-                                                  "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
 }
 DEFAULT_VARIANTS = "ltx2,default,compile,fp8-scaled-mm,fp8-scaled-mm+compile,ltx2-fp8-cast"
 PROFILE_PREFIX = "profile:"
+# `VARIANT:name` (repeatable): an ablation set in the child before the profile is applied,
+# name -> (what the row adds to its name, module, dotted attribute, value)
+ABLATIONS: dict[str, tuple[str, str, str, object]] = {
+    "promoted": ("fp32-promoted accumulation", "backends.runtime.quant", "FP8ScaledMMLinear.fast_accum", False),
+    "unshared": ("a quantization per linear", "backends.runtime.shared_rows", "ENABLED", False),
+    "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
+    "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
+    "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
+    "traced-rows": ("row quantization traced for Inductor", "backends.runtime.quant", "TRACED_ROWS", True),
+}
+
+
+def split_key(key: str) -> tuple[str, list[str]]:
+    """(variant, ablations) of `VARIANT[:ablation...]` (a profile key has none)."""
+    if key.startswith(PROFILE_PREFIX):
+        return key, []
+    base, *ablations = key.split(":")
+    return base, ablations
+
+
+def unknown_key(key: str) -> bool:
+    base, ablations = split_key(key)
+    return not key.startswith(PROFILE_PREFIX) and (base not in VARIANTS or any(a not in ABLATIONS for a in ablations))
 
 
 def variant_name(key: str) -> str:
     if key.startswith(PROFILE_PREFIX):
         return f"profile {Path(key[len(PROFILE_PREFIX):]).name}"
-    return VARIANTS[key][0]
+    base, ablations = split_key(key)
+    return ", ".join([VARIANTS[base][0]] + [ABLATIONS[a][0] for a in ablations])
+
+
+def set_ablation(name: str) -> None:
+    import functools
+    import importlib
+
+    _, module, attribute, value = ABLATIONS[name]
+    *path, last = attribute.split(".")
+    setattr(functools.reduce(getattr, path, importlib.import_module(module)), last, value)
 
 
 # --- the child: one variant in its own process ------------------------------------------------
@@ -238,23 +259,9 @@ def apply_variant(model, key: str, device):
         if key.startswith(PROFILE_PREFIX):
             profile = profile_file.load(key[len(PROFILE_PREFIX):])
         else:
-            profile = Profile().replace(**VARIANTS[key][1])
-        if key.endswith(":promoted"):
-            from backends.runtime.quant import FP8ScaledMMLinear
-
-            FP8ScaledMMLinear.fast_accum = False
-        if key.endswith(":unshared"):
-            from backends.runtime import shared_rows
-
-            shared_rows.ENABLED = False
-        if key.endswith(":per-token"):
-            from backends.runtime import timestep_rows
-
-            timestep_rows.ENABLED = False
-        if key.endswith(":unfused"):
-            from backends.runtime.quant import GeluQuantized
-
-            GeluQuantized.enabled = False
+            profile = Profile().replace(**VARIANTS[split_key(key)[0]][1])
+        for name in split_key(key)[1]:
+            set_ablation(name)
         report = apply_profile(model, profile, device=device)
         shown = ("transformer.attention", "transformer.quantization", "compile.enabled", "compile.mode",
                  "offload.mode")
@@ -839,10 +846,10 @@ def main() -> int:
     if args.child:
         return child(args)
     keys = [k.strip() for k in args.variants.split(",") if k.strip()]
-    unknown = [k for k in keys + ([args.breakdown] if args.breakdown else []) if k not in VARIANTS
-               and not k.startswith(PROFILE_PREFIX)]
+    unknown = [k for k in keys + ([args.breakdown] if args.breakdown else []) if unknown_key(k)]
     if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected {', '.join(VARIANTS)} or profile:P.toml")
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected one of {', '.join(VARIANTS)}, each optionally "
+                     f"with :ablation suffixes ({', '.join(ABLATIONS)}), or profile:P.toml")
     for path in args.profile:
         if not os.path.isfile(path):
             parser.error(f"--profile {path}: no such file")

@@ -38,6 +38,26 @@ def _ada_zero(X, SCALE, SHIFT, OUT, T, D, eps, sb_scale, st_scale, sb_shift, st_
 
 
 @triton.jit
+def _ada_zero_fp8(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
+                  KEEP: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    b, t = row // T, row % T
+    d = tl.arange(0, BLOCK)
+    m = d < D
+    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
+    scale = tl.load(SCALE + b * sb_scale + t * st_scale + d, mask=m, other=0.0).to(tl.float32)
+    shift = tl.load(SHIFT + b * sb_shift + t * st_shift + d, mask=m, other=0.0).to(tl.float32)
+    y = (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty)  # rounded as ada_zero's output
+    if KEEP:
+        tl.store(OUT + row * D + d, y, mask=m)
+    yf = y.to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(yf), 0), 1e-12) / 448.0
+    tl.store(Q + row * D + d, (yf / s).to(Q.dtype.element_ty), mask=m)
+    tl.store(S + row, s)
+
+
+@triton.jit
 def _post_sa(X, Y, GATE, W, RES, NORMED, T, D, eps, sb_gate, st_gate, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     b, t = row // T, row % T
@@ -106,6 +126,22 @@ def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tens
     _ada_zero[(b * t,)](x, scale, shift, out, t, d, float(eps), *sc, *sh, BLOCK=triton.next_power_of_2(d),
                         num_warps=8 if d >= 4096 else 4)
     return out
+
+
+def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor,
+                 keep: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`ada_zero` and the fp8 row quantization of its output (`quantize_rows`) in one pass (CUDA or
+    the interpreter): (q (B*T, D) float8_e4m3fn, scale (B*T,) fp32, the bf16 output if `keep`)."""
+    (sc, sh) = _rows(x, "ada_zero_fp8", ("scale", scale), ("shift", shift))
+    if not (x.is_cuda or interpreting()):
+        raise ValueError("ada_zero_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
+    b, t, d = x.shape
+    out = torch.empty_like(x) if keep else None
+    q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
+    _ada_zero_fp8[(b * t,)](x, scale, shift, x if out is None else out, q, s, t, d, float(eps), *sc, *sh, KEEP=keep,
+                            BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+    return q, s, out
 
 
 def post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,

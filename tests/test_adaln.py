@@ -88,3 +88,21 @@ def test_arguments_are_checked_up_front():
         adaln.ada_zero(x.double(), 1e-6, scale, shift)
     with pytest.raises(ValueError, match="in x's dtype"):  # eager torch would promote the output instead
         adaln.ada_zero(x.half(), 1e-6, scale, shift)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_ada_zero_fp8_is_ada_zero_then_its_row_quantization(keep):
+    """One pass: the fp8 rows and scales `quantize_rows`'s kernel makes of ada_zero's (rounded) output
+    (its kernel, not the torch ops: the interpreter's float8 conversion rounds its own way)."""
+    from kernels.int8_gemm import quantize_rows_triton
+
+    x, scale, shift, _ = inputs(torch.float16, t=6, d=40, per_token=keep)
+    q, s, out = adaln.ada_zero_fp8(x, 1e-6, scale, shift, keep=keep)
+    ref = adaln.ada_zero(x, 1e-6, scale, shift)
+    want_q, want_s = quantize_rows_triton(ref.reshape(-1, 40), torch.float8_e4m3fn)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (12, 40) and s.shape == (12,)
+    torch.testing.assert_close(s, want_s, rtol=1e-6, atol=0)
+    assert torch.equal(q.float(), want_q.float())
+    assert (out is None) != keep
+    if keep:
+        torch.testing.assert_close(out, ref)

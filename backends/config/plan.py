@@ -21,12 +21,12 @@ from backends.machine.capability import Capability
 from backends.machine.tuned import Tuned
 
 # The runtime's steps, in the order apply_profile takes them.
-STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "quantize", "offload", "compile")
+STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "fast_norm", "quantize", "offload",
+              "compile")
 # Options the runtime leaves to the LTX-2 pipeline or launcher, and why.
 PIPELINE = {
     "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
     "transformer.sla_topk": "used by TurboDiffusion's sparse attention only",
-    "transformer.fast_norm": "fused norms are TurboDiffusion's; ltx-tui's runtime does not install them",
     "memory.max_batch_size": "batching is the pipeline's (--max-batch-size)",
     "parallel.gpus": "multi-GPU launch is the pipeline's (*_mgpu modules)",
     "parallel.devices": "device selection is the launcher's (CUDA_VISIBLE_DEVICES)",
@@ -138,6 +138,10 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                           f"DenseFunction({attention.effective!r}) as attention_function(q, k, v, heads) (and the "
                           "masked slot where it can mask) on every module with attention_function and heads",
                           ("transformer.attention",)))
+    if d["transformer.fast_norm"].effective:
+        steps.append(Step("fast_norm", {}, "kernels.adaln's one-pass norms in every LTX-2 DiT block's ada_zero_function "
+                          "and post_sa_function (eager blocks; compiled ones keep Inductor's fusion)",
+                          ("transformer.fast_norm",)))
     q, scope = d["transformer.quantization"], profile.transformer.quantization_scope.value
     if _runs(q) and value("transformer.quantization", q.effective).step:
         loader = value("transformer.quantization", q.effective).runner == LOADER

@@ -869,7 +869,8 @@ class _Resolver:
             self.require("transformer.sparse_attention", value("transformer.sparse_attention", s).needs,
                          value("transformer.sparse_attention", s).text)
             self.ok("transformer.sla_topk", f"keep the top {self.p.transformer.sla_topk:g} of blocks")
-        self.ok("transformer.fast_norm", "fused norms" if self.p.transformer.fast_norm else "plain norms")
+        self.ok("transformer.fast_norm", "kernels.adaln's one-pass norms" if self.p.transformer.fast_norm
+                else "LTX-2's own norm ops")
 
     def compile(self) -> None:
         c = self.p.compile

@@ -266,6 +266,20 @@ def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
     return apply
 
 
+def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
+    from backends.runtime import fast_norm
+
+    def apply(model, report):
+        names = fast_norm.install(model)
+        if not names:
+            report.add("transformer.fast_norm", "no target", "no module with ada_zero_function and post_sa_function "
+                       "(LTX-2's DiT blocks)")
+        else:
+            report.add("transformer.fast_norm", "installed", "kernels.adaln's one-pass ada_zero and post_sa in the "
+                       "blocks' norm slots (eager calls on CUDA; compiled blocks keep Inductor's fusion)", names)
+    return apply
+
+
 def _require_import(module: str, what: str) -> None:
     mod, why = import_optional(module)
     if mod is None:
@@ -404,7 +418,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
 
 PREPARE: dict[str, Callable[..., Apply]] = {
     "env": _prepare_env, "diffvae_layout": _prepare_layout, "na_backend": _prepare_na,
-    "dense_attention": _prepare_dense, "quantize": _prepare_quantize, "offload": _prepare_offload,
+    "dense_attention": _prepare_dense, "fast_norm": _prepare_fast_norm, "quantize": _prepare_quantize, "offload": _prepare_offload,
     "compile": _prepare_compile,
 }
 
