@@ -8,7 +8,8 @@ Every model an LTX-2 v1.2.0 pipeline loads passes through one of two builders:
   linears with their buffers on the meta device),
 - builds, then applies the plan's steps for that model (`apply_profile` with the plan narrowed to
   the steps the flag policy leaves to ltx-tui) and records load and apply seconds.
-A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2)
+Weights LTX-2's safetensors loader reads onto a CUDA device go through `pinned_load` (chunks in
+pinned buffers, reads overlapping the copies; the same state dict). A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2)
 gets the model the first build made, kept on the device in between (`keep_dit`: LTX-2 would
 dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips the kept one),
 when its weights take at most `KEEP_FRACTION` of the GPU's memory; it is let go when a decoder
@@ -306,9 +307,13 @@ class Hooks:
         streaming = importlib.import_module("ltx_core.block_streaming.builder").StreamingModelBuilder
         x0 = importlib.import_module("ltx_core.model.transformer.model").X0Model
         blocks = importlib.import_module("ltx_pipelines.utils.blocks")
+        sft = importlib.import_module("ltx_core.loader.sft_loader").SafetensorsStateDictLoader
         saved = [(single, "build", single.build), (streaming, "build", streaming.build), (x0, "dispose", x0.__dict__.get("dispose"))]
         saved += [(getattr(blocks, name), "__call__", getattr(blocks, name).__call__) for name, _ in BLOCKS]
+        saved.append((sft, "load", sft.load))
         try:
+            if self.take_over:
+                sft.load = _wrap_load(sft.load)
             single.build = self._wrap_single(single.build)
             streaming.build = self._wrap_streaming(streaming.build)
             x0.dispose = self._wrap_dispose(x0.dispose)
@@ -323,6 +328,26 @@ class Hooks:
                     delattr(owner, attr)  # the inherited method shows through again
                 else:
                     setattr(owner, attr, value)
+
+
+def _wrap_load(original):
+    """LTX-2's safetensors loader, reading onto a CUDA device through `pinned_load` (the same state
+    dict; a file it does not read, or another device, goes through LTX-2's own)."""
+    import torch
+
+    from backends.launch import pinned_load
+
+    def load(self, path, sd_ops, device=None):
+        device = torch.device(device) if device is not None else None
+        if device is not None and device.type == "cuda":
+            state_dict_type = importlib.import_module("ltx_core.loader.primitives").StateDict
+            try:
+                return pinned_load.load(path if isinstance(path, list) else [path], sd_ops, device, state_dict_type)
+            except pinned_load.Unreadable:
+                pass
+        return original(self, path, sd_ops, device)
+    load.__wrapped__ = original
+    return load
 
 
 def _build_key(builder, device, dtype) -> tuple | None:
