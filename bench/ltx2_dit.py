@@ -34,7 +34,8 @@ Variants (`--variants`, comma-separated; default: the first six):
                          the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
   fp8-attn+fp8-scaled-mm+fast-norm
                          eager sdpa_cudnn_fp8 + fp8-scaled-mm with transformer.fast_norm = true
-                         (`kernels.adaln` in the blocks' ada_zero / post_sa slots)
+                         (`kernels.adaln` in the blocks' ada_zero / post_sa slots, and one AdaLN row:
+                         `:per-token` leaves that out)
   fp8-attn+fp8-scaled-mm+graphs
                          and compile.mode = "reduce-overhead" (Inductor's CUDA graphs, one per block)
   compile+capture, fp8-scaled-mm+capture, fp8-attn+fp8-scaled-mm+capture

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backends.config.options import Profile
-from backends.runtime import fast_norm, ltx2
+from backends.runtime import fast_norm, ltx2, timestep_rows
 from backends.runtime.apply import apply_profile
 from kernels import adaln
 
@@ -73,6 +73,7 @@ def test_the_profile_installs_it_and_says_where():
     change = report.change("transformer.fast_norm")
     assert change.action == "installed" and change.modules == ("transformer_blocks.0",)
     assert isinstance(model.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)
+    assert "one AdaLN row" in change.detail and getattr(model, timestep_rows.WRAPPED)
     plain = ltx2.tiny_transformer(layers=1)
     assert apply_profile(plain, Profile(), device="cpu").change("transformer.fast_norm").action != "installed"
     assert not isinstance(plain.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)

@@ -274,9 +274,11 @@ def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
         if not names:
             report.add("transformer.fast_norm", "no target", "no module with ada_zero_function and post_sa_function "
                        "(LTX-2's DiT blocks)")
-        else:
-            report.add("transformer.fast_norm", "installed", "kernels.adaln's one-pass ada_zero and post_sa in the "
-                       "blocks' norm slots (eager calls on CUDA; compiled blocks keep Inductor's fusion)", names)
+            return
+        rows = timestep_rows.install(model)
+        report.add("transformer.fast_norm", "installed", "kernels.adaln's one-pass ada_zero and post_sa in the "
+                   "blocks' norm slots (eager calls on CUDA; compiled blocks keep Inductor's fusion)" +
+                   ("; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else ""), names)
     return apply
 
 

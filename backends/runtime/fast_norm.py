@@ -6,7 +6,9 @@ ltx_core/model/transformer/ops.py). `install` sets them on every block to `FastA
 `FastPostSA`, which run `kernels.adaln`'s one-pass kernels where the call's tensors fit them.
 The block's own function runs instead while torch.compile traces (Inductor fuses these norms with
 the ops around them: the residual add before, the fp8 row quantization after), off CUDA, and for
-tensors the kernels refuse (a modulation in another dtype than x, a non-contiguous x).
+tensors the kernels refuse (a modulation in another dtype than x, a non-contiguous x). The profile
+step also installs `runtime.timestep_rows` (as compile does): the modulation read from one row
+where a modality's timesteps are equal across its tokens.
 """
 
 from __future__ import annotations
