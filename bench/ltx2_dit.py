@@ -32,8 +32,9 @@ Variants (`--variants`, comma-separated; default: the first six):
   fp8-scaled-mm+compile  both
   fp8-attn+fp8-scaled-mm, fp8-attn+fp8-scaled-mm+compile
                          the same with transformer.attention = "sdpa_cudnn_fp8" (cuDNN's fp8 attention)
-  fp8-attn+fp8-scaled-mm+fast-norm
-                         eager sdpa_cudnn_fp8 + fp8-scaled-mm with transformer.fast_norm = true
+  fast-norm, fp8-scaled-mm+fast-norm, fp8-attn+fp8-scaled-mm+fast-norm
+                         default / fp8-scaled-mm / sdpa_cudnn_fp8 + fp8-scaled-mm, eager, with
+                         transformer.fast_norm = true
                          (`kernels.adaln` in the blocks' ada_zero / post_sa slots, and one AdaLN row:
                          `:per-token` leaves that out)
   fp8-attn+fp8-scaled-mm+graphs
@@ -108,6 +109,9 @@ VARIANTS: dict[str, tuple[str, object]] = {
                               {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": True}),
     "fp8-attn+fp8-scaled-mm": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm",
                                {"transformer.attention": "sdpa_cudnn_fp8", "transformer.quantization": "fp8-scaled-mm"}),
+    "fast-norm": ("ltx-tui fast_norm", {"transformer.fast_norm": True}),
+    "fp8-scaled-mm+fast-norm": ("ltx-tui fp8-scaled-mm + fast_norm",
+                                {"transformer.quantization": "fp8-scaled-mm", "transformer.fast_norm": True}),
     "fp8-attn+fp8-scaled-mm+fast-norm": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm",
                                          {"transformer.attention": "sdpa_cudnn_fp8",
                                           "transformer.quantization": "fp8-scaled-mm", "transformer.fast_norm": True}),
