@@ -438,3 +438,12 @@ def test_gpu_less_default_profile_does_not_say_lower_gpus():
     d = by_option(P(), preset("cpu"))["parallel.gpus"]
     assert d.status is Status.ERROR and "lower" not in d.remedy and "NVIDIA GPU" in d.remedy
     assert "lower parallel.gpus" in by_option(P(parallel__gpus=4), preset("h100x2"))["parallel.gpus"].remedy
+
+
+def test_fast_norm_says_which_norms_run_where():
+    def message(cap, on=True):
+        return by_option(P(transformer__fast_norm=on), cap)["transformer.fast_norm"].chain[-1].reason
+
+    assert message(preset("h100")) == "kernels.adaln's one-pass norms"
+    assert message(preset("cpu")).startswith("LTX-2's own norm ops: kernels.adaln runs on CUDA (")
+    assert message(preset("h100"), on=False) == "LTX-2's own norm ops"

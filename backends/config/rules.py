@@ -869,8 +869,12 @@ class _Resolver:
             self.require("transformer.sparse_attention", value("transformer.sparse_attention", s).needs,
                          value("transformer.sparse_attention", s).text)
             self.ok("transformer.sla_topk", f"keep the top {self.p.transformer.sla_topk:g} of blocks")
-        self.ok("transformer.fast_norm", "kernels.adaln's one-pass norms" if self.p.transformer.fast_norm
-                else "LTX-2's own norm ops")
+        if not self.p.transformer.fast_norm:
+            self.ok("transformer.fast_norm", "LTX-2's own norm ops")
+        elif self.f.cuda:
+            self.ok("transformer.fast_norm", "kernels.adaln's one-pass norms")
+        else:
+            self.ok("transformer.fast_norm", f"LTX-2's own norm ops: kernels.adaln runs on CUDA ({self.f.no_cuda_reason})")
 
     def compile(self) -> None:
         c = self.p.compile
