@@ -24,6 +24,10 @@ from kernels.na3d_triton import interpreting
 MAX_DIM = 16384  # one row in registers
 
 
+class Refused(ValueError):
+    """The arguments are not what the kernels take; the message says which and what they need."""
+
+
 @triton.jit
 def _ada_zero(X, SCALE, SHIFT, OUT, T, D, eps, sb_scale, st_scale, sb_shift, st_shift, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -78,22 +82,22 @@ def _post_sa(X, Y, GATE, W, RES, NORMED, T, D, eps, sb_gate, st_gate, HAS_W: tl.
 def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[tuple[int, int]]:
     """Check the arguments; per modulation tensor, its (batch, token) strides over x's (B, T, D)."""
     if x.dim() != 3:
-        raise ValueError(f"{name}: x must be (batch, tokens, dim), got shape {tuple(x.shape)}")
+        raise Refused(f"{name}: x must be (batch, tokens, dim), got shape {tuple(x.shape)}")
     if not x.is_contiguous():
-        raise ValueError(f"{name}: x must be contiguous")
+        raise Refused(f"{name}: x must be contiguous")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"{name}: x must be float32, float16 or bfloat16, got {x.dtype}")
+        raise Refused(f"{name}: x must be float32, float16 or bfloat16, got {x.dtype}")
     if not 0 < x.shape[-1] <= MAX_DIM:
-        raise ValueError(f"{name}: dim {x.shape[-1]} is outside 1..{MAX_DIM}")
+        raise Refused(f"{name}: dim {x.shape[-1]} is outside 1..{MAX_DIM}")
     strides = []
     for what, t in mods:
         try:
             view = t.expand_as(x)
         except RuntimeError:
-            raise ValueError(f"{name}: {what} of shape {tuple(t.shape)} does not broadcast to x's "
+            raise Refused(f"{name}: {what} of shape {tuple(t.shape)} does not broadcast to x's "
                              f"{tuple(x.shape)}") from None
         if view.stride(-1) != 1 or t.device != x.device or t.dtype != x.dtype:
-            raise ValueError(f"{name}: {what} must be on x's device, in x's dtype ({x.dtype}), with a contiguous "
+            raise Refused(f"{name}: {what} must be on x's device, in x's dtype ({x.dtype}), with a contiguous "
                              f"last dimension (got {t.dtype} on {t.device}, strides {tuple(t.stride())})")
         strides.append((view.stride(0), view.stride(1)))
     return strides
@@ -149,10 +153,10 @@ def post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: 
     """LTX-2's post_sa in one pass (CUDA, or the Triton interpreter; else the torch ops)."""
     (g,) = _rows(x, "post_sa", ("gate", gate))
     if y.shape != x.shape or not y.is_contiguous() or y.device != x.device or y.dtype != x.dtype:
-        raise ValueError(f"post_sa: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
+        raise Refused(f"post_sa: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
                          f"got {tuple(y.shape)} {y.dtype}")
     if weight is not None and (weight.shape != x.shape[-1:] or weight.device != x.device):
-        raise ValueError(f"post_sa: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
+        raise Refused(f"post_sa: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
     if not (x.is_cuda or interpreting()):
         return post_sa_torch(x, y, weight, eps, gate)
     res, normed = torch.empty_like(x), torch.empty_like(x)

@@ -241,7 +241,7 @@ def test_fp8_feedforward_gelu_fused_matches_unfused(dit):
     assert rel(got[0], want[0]) < 2e-2 and rel(got[1], want[1]) < 2e-2
 
 
-def test_fast_norm_kernels_run_in_the_eager_dit_and_match_ltx2s_norms(dit, monkeypatch):
+def test_fast_norm_kernels_run_in_the_eager_dit_and_match_ltx2s_norms(dit):
     from backends.runtime import fast_norm
 
     model, inputs = dit
@@ -249,9 +249,7 @@ def test_fast_norm_kernels_run_in_the_eager_dit_and_match_ltx2s_norms(dit, monke
     ours = copy.deepcopy(model)
     report = apply_profile(ours, P(transformer__fast_norm=True), device="cuda")
     assert report.change("transformer.fast_norm").action == "installed"
-    calls = []
-    real = fast_norm.FastAdaZero.kernel
-    monkeypatch.setattr(fast_norm.FastAdaZero, "kernel", staticmethod(lambda *a: calls.append(1) or real(*a)))
     got = run(ours, inputs)
-    assert calls  # bf16 blocks on CUDA take the kernel, not the fallback
+    runs, own = fast_norm.counts(ours)
+    assert runs > 0 and own == 0  # bf16 blocks on CUDA take the kernels, never the fallback
     assert rel(got[0], want[0]) < 2e-2 and rel(got[1], want[1]) < 2e-2  # fp32 inside, one rounding: not bit-equal

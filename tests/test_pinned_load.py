@@ -60,7 +60,7 @@ def test_the_state_dict_is_ltx2s(shards, monkeypatch, chunk, slots, with_ops):
     want = SafetensorsStateDictLoader().load(shards, ops, torch.device("cpu"))
     got = pinned_load.load(shards, ops, torch.device("cpu"), StateDict)
     assert isinstance(got, StateDict)
-    assert sorted(got.sd) == sorted(want.sd)
+    assert list(got.sd) == list(want.sd)  # in LTX-2's order too (safetensors writes the bytes by dtype)
     for key, value in want.sd.items():
         assert got.sd[key].dtype == value.dtype and got.sd[key].shape == value.shape, key
         assert torch.equal(bytes_of(got.sd[key]), bytes_of(value)), key
@@ -77,6 +77,25 @@ def test_a_dtype_it_does_not_know_is_refused_by_name(tmp_path):
         pinned_load.read_header(str(path))
     path.write_bytes((5).to_bytes(8, "little") + b"{nope")
     with pytest.raises(pinned_load.Unreadable, match="header does not parse"):
+        pinned_load.read_header(str(path))
+    path.write_bytes((2).to_bytes(8, "little") + b"[]")
+    with pytest.raises(pinned_load.Unreadable, match="not a JSON object"):
+        pinned_load.read_header(str(path))
+
+
+@pytest.mark.parametrize("shape, offsets, data", [
+    ([4], [0, 8], 16),   # 4 float32 are 16 bytes, not 8: LTX-2's loader raises, nothing is read
+    ([2], [0, 8], 4),    # past the end of the file
+    ([2], [8, 0], 16),   # backwards
+    ("2", [0, 8], 8),    # not a list of sizes
+])
+def test_a_header_whose_offsets_do_not_hold_its_tensor_is_refused(tmp_path, shape, offsets, data):
+    import json
+
+    path = tmp_path / "bad.safetensors"
+    header = json.dumps({"w": {"dtype": "F32", "shape": shape, "data_offsets": offsets}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(data))
+    with pytest.raises(pinned_load.Unreadable, match="tensor w"):
         pinned_load.read_header(str(path))
 
 

@@ -17,6 +17,7 @@ A file layout it does not know (a dtype outside `DTYPES`, a header it cannot par
 from __future__ import annotations
 
 import json
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,22 +49,35 @@ class Entry:
 
 def read_header(path: str) -> list[Entry]:
     """The tensors of a safetensors file (an 8-byte little-endian header length, a JSON header
-    with each tensor's dtype, shape and data offsets after the header), in file order."""
+    with each tensor's dtype, shape and data offsets after the header), in file order; each entry's
+    byte count checked against its shape and dtype, and against the file's size."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise Unreadable(f"{path}: the safetensors header does not parse ({e})") from None
+    if not isinstance(header, dict):
+        raise Unreadable(f"{path}: the safetensors header is not a JSON object")
+    data = os.path.getsize(path) - 8 - n
     entries = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dtype = DTYPES.get(info.get("dtype"))
+        dtype = DTYPES.get(info.get("dtype")) if isinstance(info, dict) else None
         if dtype is None:
-            raise Unreadable(f"{path}: tensor {name} has dtype {info.get('dtype')!r}, not one of {', '.join(DTYPES)}")
-        begin, end = info["data_offsets"]
-        entries.append(Entry(name, dtype, tuple(info["shape"]), 8 + n + begin, 8 + n + end))
+            raise Unreadable(f"{path}: tensor {name} has dtype {info.get('dtype') if isinstance(info, dict) else info!r}, "
+                             f"not one of {', '.join(DTYPES)}")
+        shape, offsets = info.get("shape"), info.get("data_offsets")
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+                or not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)):
+            raise Unreadable(f"{path}: tensor {name} has shape {shape!r} and data_offsets {offsets!r}")
+        begin, end = offsets
+        nbytes = math.prod(shape) * dtype.itemsize
+        if not 0 <= begin <= end <= data or end - begin != nbytes:
+            raise Unreadable(f"{path}: tensor {name}'s bytes [{begin}, {end}) do not hold {dtype} {shape} "
+                             f"({nbytes} bytes) within the file's {data} bytes of data")
+        entries.append(Entry(name, dtype, tuple(shape), 8 + n + begin, 8 + n + end))
     return sorted(entries, key=lambda e: e.begin)
 
 
@@ -117,19 +131,23 @@ def _pinned() -> list[torch.Tensor]:
 
 def load(paths: list[str], sd_ops, device: torch.device, state_dict_type) -> object:
     """`state_dict_type(sd, device, size, dtype)` of the shards at `paths` on `device`, as LTX-2's
-    SafetensorsStateDictLoader.load makes it (`sd_ops`: LTX-2's SDOps or None)."""
+    SafetensorsStateDictLoader.load makes it (`sd_ops`: LTX-2's SDOps or None): read in file
+    order, entered in the order of the shard's names (safetensors' `keys()`, as LTX-2 walks them)."""
     sd: dict = {}
     size, dtypes = 0, set()
     for path in paths:
         entries = read_header(path)
         names = {e.name: e.name if sd_ops is None else sd_ops.apply_to_key(e.name) for e in entries}
+        made: dict[str, list] = {}
         for entry, tensor in _tensors(path, [e for e in entries if names[e.name] is not None], device):
             key = names[entry.name]
-            for key, value in ((key, tensor),) if sd_ops is None else sd_ops.apply_to_key_value(key, tensor):
+            made[entry.name] = [(key, tensor)] if sd_ops is None else list(sd_ops.apply_to_key_value(key, tensor))
+            del tensor  # a value sd_ops replaced is freed before the next tensor is made
+        for name in sorted(made):
+            for key, value in made[name]:
                 size += value.nbytes
                 dtypes.add(value.dtype)
                 sd[key] = value
-            del tensor  # a value sd_ops replaced is freed before the next tensor is made
     return state_dict_type(sd=sd, device=device, size=size, dtype=dtypes)
 
 
@@ -164,12 +182,12 @@ def _tensors(path: str, entries: list[Entry], device: torch.device):
                     if offset + n == entry.end - entry.begin:
                         yield entry, making.pop(entry.name)
                 copied = None
-                if cuda:
+                if cuda:  # the copies run on the target device's current stream
                     copied = torch.cuda.Event()
-                    copied.record()
+                    copied.record(torch.cuda.current_stream(device))
                 if k + len(buffers) < len(reads):
                     pending[k + len(buffers)] = pool.submit(refill, slot, reads[k + len(buffers)], copied)
-        if cuda:
-            torch.cuda.current_stream(device).synchronize()
     finally:
+        if cuda:  # no copy still reads a buffer when this ends, however it ends
+            torch.cuda.current_stream(device).synchronize()
         os.close(fd)

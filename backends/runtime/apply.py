@@ -276,8 +276,10 @@ def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
                        "(LTX-2's DiT blocks)")
             return
         rows = timestep_rows.install(model)
-        report.add("transformer.fast_norm", "installed", "kernels.adaln's one-pass ada_zero and post_sa in the "
-                   "blocks' norm slots (eager calls on CUDA; compiled blocks keep Inductor's fusion)" +
+        where = ("eager calls on CUDA; compiled blocks keep Inductor's fusion" if device.type == "cuda" else
+                 f"on {device} the blocks' own ops run: kernels.adaln runs on CUDA")
+        report.add("transformer.fast_norm", "installed", f"kernels.adaln's one-pass ada_zero and post_sa in the "
+                   f"blocks' norm slots ({where})" +
                    ("; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else ""), names)
     return apply
 
