@@ -87,3 +87,29 @@ def test_collapse_leaves_what_it_cannot_check():
     rows = timestep_rows.collapse(batch)[0].timesteps  # each batch row has its own value
     assert rows.tolist() == [[0.5], [0.25]]
     assert timestep_rows.install(torch.nn.Linear(2, 2)) is False
+
+
+def test_a_copy_keeps_the_rows_and_runs_its_own_weights():
+    import copy
+
+    model = ltx2.tiny_transformer(layers=1)
+    video, audio, _ = ltx2.transformer_inputs(tokens=9, padded=0)
+    assert timestep_rows.install(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+        seen = _seen(twin)
+        assert not torch.equal(twin(video, audio, None)[0], model(video, audio, None)[0])  # its own weights
+    assert seen == [("video_args_preprocessor", (1, 1, 1)), ("audio_args_preprocessor", (1, 1, 1))]
+
+
+def test_keyword_calls_are_collapsed_too():
+    model = ltx2.tiny_transformer(layers=1)
+    video, audio, _ = ltx2.transformer_inputs(tokens=9, padded=0)
+    timestep_rows.install(model)
+    seen = _seen(model)
+    with torch.inference_mode():
+        model(video=video, audio=audio, perturbations=None)
+        model(video, audio=audio, perturbations=None)
+    assert seen == [("video_args_preprocessor", (1, 1, 1)), ("audio_args_preprocessor", (1, 1, 1))] * 2

@@ -9,16 +9,15 @@ own), and every block reads those per-token values back in each AdaLN modulation
 broadcast over the tokens ("Second dimension is 1 or number of tokens", transformer_args.py;
 compiling.py keeps such a dim static). Where every token of a batch row has the same value (no
 conditioning mask: text-to-video, stage 2's noise), the one-token form ((B, 1) or (B, 1, 1))
-computes the same numbers from one row. `install` wraps LTXModel's `forward` (any model type: audio
-and video, video only, audio only) so that each call checks (one device sync for both modalities)
-and passes such timesteps with one token; the wrappers around it (LTX-2's `X0Model`, its multi-GPU
-tiling) still see their own tensors. A modality with a conditioning mask keeps its per-token form.
+computes the same numbers from one row. `install` gives LTXModel (any model type: audio and video,
+video only, audio only) a forward pre-hook that checks each call (one device sync for both
+modalities) and passes such timesteps with one token; the wrappers around it (LTX-2's `X0Model`,
+its multi-GPU tiling) still see their own tensors, and a copy or a pickle of the model keeps it. A modality with a conditioning mask keeps its per-token form.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 import torch.nn as nn
@@ -57,20 +56,24 @@ def collapse(*modalities):
     return tuple(out)
 
 
+def _rows_hook(module: nn.Module, args: tuple, kwargs: dict):
+    """LTXModel's forward pre-hook: its (video, audio) collapsed, positional or by keyword."""
+    if len(args) >= 2:
+        return (*collapse(args[0], args[1]), *args[2:]), kwargs
+    if len(args) == 1:
+        video, audio = collapse(args[0], kwargs.get("audio"))
+        return (video,), {**kwargs, "audio": audio} if "audio" in kwargs else kwargs
+    video, audio = collapse(kwargs.get("video"), kwargs.get("audio"))
+    return args, {**kwargs, **{k: v for k, v in (("video", video), ("audio", audio)) if k in kwargs}}
+
+
 def install(model: nn.Module) -> bool:
-    """Wrap LTX-2's LTXModel in `model` (once); False when there is none (or `ENABLED` is off)."""
+    """Give LTX-2's LTXModel in `model` the collapsing forward pre-hook (once: a copy of the model
+    keeps it); False when there is none (or `ENABLED` is off)."""
     owner = dit_owner(model) if ENABLED else None
     if owner is None:
         return False
-    if getattr(owner, WRAPPED, False):
-        return True
-    forward = owner.forward
-
-    @functools.wraps(forward)
-    def rows_forward(video, audio, perturbations, *args, **kwargs):
-        video, audio = collapse(video, audio)
-        return forward(video, audio, perturbations, *args, **kwargs)
-
-    owner.forward = rows_forward
-    setattr(owner, WRAPPED, True)
+    if not getattr(owner, WRAPPED, False):
+        owner.register_forward_pre_hook(_rows_hook, with_kwargs=True)
+        setattr(owner, WRAPPED, True)
     return True
