@@ -3,8 +3,9 @@
 For each of `--repeat` rounds, in one process: LTX-2 v1.2.0's `SafetensorsStateDictLoader.load`
 (each tensor through `safetensors.safe_open(device=cuda)`), then `pinned_load.load` (chunks
 through pinned buffers, reads in threads overlapping the copies), each timed to a device sync,
-with GB/s of the file's tensor bytes; the first round also checks that both state dicts are equal
-bit for bit. The file's pages are wherever the machine has them (a file just written is in the
+with GB/s of the file's tensor bytes, the two in turn first; the first round also checks that both
+state dicts are equal bit for bit and in the same order (it holds both on the device: twice the
+checkpoint). The file's pages are wherever the machine has them (a file just written is in the
 page cache): compare the two rows of one round.
 
     LTX2_CORE_SRC=.../ltx-core/src python bench/load.py FILE.safetensors [--repeat 2]
@@ -44,7 +45,8 @@ def main() -> int:
     print(f"{'round':>5}  {'loader':<34} {'s':>7} {'GB/s':>6}")
     for r in range(args.repeat):
         results = {}
-        for name, load in loaders.items():
+        order = list(loaders.items())[::-1 if r % 2 else 1]  # neither always reads the pages the other warmed
+        for name, load in order:
             torch.cuda.synchronize()
             t = time.perf_counter()
             sd = load()
@@ -57,8 +59,10 @@ def main() -> int:
             gc.collect()
         if results:
             a, b = results.values()
-            same = a.sd.keys() == b.sd.keys() and all(
-                a.sd[k].dtype == b.sd[k].dtype and torch.equal(a.sd[k], b.sd[k]) for k in a.sd)
+            same = list(a.sd) == list(b.sd) and all(
+                a.sd[k].dtype == b.sd[k].dtype and a.sd[k].shape == b.sd[k].shape
+                and torch.equal(a.sd[k].reshape(-1).view(torch.uint8), b.sd[k].reshape(-1).view(torch.uint8))
+                for k in a.sd)
             print(f"       equal bit for bit: {same} ({len(a.sd)} tensors)")
             del results, a, b
             gc.collect()

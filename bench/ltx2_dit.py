@@ -156,9 +156,13 @@ def split_key(key: str) -> tuple[str, list[str]]:
     return base, ablations
 
 
+AS_BUILT = ("ltx2", "ltx2-fp8-cast")  # LTX-2's own: no ltx-tui runtime to ablate
+
+
 def unknown_key(key: str) -> bool:
     base, ablations = split_key(key)
-    return not key.startswith(PROFILE_PREFIX) and (base not in VARIANTS or any(a not in ABLATIONS for a in ablations))
+    return not key.startswith(PROFILE_PREFIX) and (
+        base not in VARIANTS or any(a not in ABLATIONS for a in ablations) or (base in AS_BUILT and ablations))
 
 
 def variant_name(key: str) -> str:
@@ -853,8 +857,9 @@ def main() -> int:
     keys = [k.strip() for k in args.variants.split(",") if k.strip()]
     unknown = [k for k in keys + ([args.breakdown] if args.breakdown else []) if unknown_key(k)]
     if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected one of {', '.join(VARIANTS)}, each optionally "
-                     f"with :ablation suffixes ({', '.join(ABLATIONS)}), or profile:P.toml")
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected one of {', '.join(VARIANTS)}, each but "
+                     f"{' and '.join(AS_BUILT)} optionally with :ablation suffixes ({', '.join(ABLATIONS)}), or "
+                     f"profile:P.toml")
     for path in args.profile:
         if not os.path.isfile(path):
             parser.error(f"--profile {path}: no such file")
