@@ -260,6 +260,7 @@ def test_no_ltxmodel_through_the_builders_means_profile_not_applied(ltx2_pipelin
     assert r.status == "not applied" and "profile not applied" in r.error
 
 
+@pytest.mark.slow  # 7.4 s on 2 cores: CI runs it
 def test_as_built_measures_ltx2_with_its_own_flags_and_applies_nothing(ltx2_pipelines, tiny, tmp_path, monkeypatch):
     captured = []
     _capture_latent(monkeypatch, captured)  # LTX-2's own decoder pins NATTEN's CUDA kernel: stop before it
