@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.int8_gemm import FP8_MAX
 from kernels.na3d_triton import interpreting
 
 MAX_DIM = 16384  # one row in registers
@@ -29,7 +30,10 @@ class Refused(ValueError):
 
 
 @triton.jit
-def _ada_zero(X, SCALE, SHIFT, OUT, T, D, eps, sb_scale, st_scale, sb_shift, st_shift, BLOCK: tl.constexpr):
+def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
+              KEEP: tl.constexpr, FP8: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
+    """OUT = ada_zero(X) (with KEEP); with FP8, its rows (as rounded to OUT's dtype) quantized
+    into Q with their scales in S."""
     row = tl.program_id(0).to(tl.int64)
     b, t = row // T, row % T
     d = tl.arange(0, BLOCK)
@@ -38,27 +42,14 @@ def _ada_zero(X, SCALE, SHIFT, OUT, T, D, eps, sb_scale, st_scale, sb_shift, st_
     inv = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
     scale = tl.load(SCALE + b * sb_scale + t * st_scale + d, mask=m, other=0.0).to(tl.float32)
     shift = tl.load(SHIFT + b * sb_shift + t * st_shift + d, mask=m, other=0.0).to(tl.float32)
-    tl.store(OUT + row * D + d, (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty), mask=m)
-
-
-@triton.jit
-def _ada_zero_fp8(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
-                  KEEP: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    b, t = row // T, row % T
-    d = tl.arange(0, BLOCK)
-    m = d < D
-    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
-    inv = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
-    scale = tl.load(SCALE + b * sb_scale + t * st_scale + d, mask=m, other=0.0).to(tl.float32)
-    shift = tl.load(SHIFT + b * sb_shift + t * st_shift + d, mask=m, other=0.0).to(tl.float32)
-    y = (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty)  # rounded as ada_zero's output
+    y = (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty)
     if KEEP:
         tl.store(OUT + row * D + d, y, mask=m)
-    yf = y.to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(yf), 0), 1e-12) / 448.0
-    tl.store(Q + row * D + d, (yf / s).to(Q.dtype.element_ty), mask=m)
-    tl.store(S + row, s)
+    if FP8:
+        yf = y.to(tl.float32)
+        s = tl.maximum(tl.max(tl.abs(yf), 0), 1e-12) / QMAX
+        tl.store(Q + row * D + d, (yf / s).to(Q.dtype.element_ty), mask=m)
+        tl.store(S + row, s)
 
 
 @triton.jit
@@ -127,8 +118,8 @@ def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tens
         return ada_zero_torch(x, eps, scale, shift)
     out = torch.empty_like(x)
     b, t, d = x.shape
-    _ada_zero[(b * t,)](x, scale, shift, out, t, d, float(eps), *sc, *sh, BLOCK=triton.next_power_of_2(d),
-                        num_warps=8 if d >= 4096 else 4)
+    _ada_zero[(b * t,)](x, scale, shift, out, out, out, t, d, float(eps), *sc, *sh, KEEP=True, FP8=False,
+                        QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
     return out
 
 
@@ -143,8 +134,8 @@ def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.
     out = torch.empty_like(x) if keep else None
     q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
-    _ada_zero_fp8[(b * t,)](x, scale, shift, x if out is None else out, q, s, t, d, float(eps), *sc, *sh, KEEP=keep,
-                            BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+    _ada_zero[(b * t,)](x, scale, shift, x if out is None else out, q, s, t, d, float(eps), *sc, *sh, KEEP=keep,
+                        FP8=True, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
     return q, s, out
 
 
