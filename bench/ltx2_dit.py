@@ -58,8 +58,6 @@ one thing of the profile's runtime in that variant's process:
                  per token, as LTX-2 is called)
   multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
                  each timed against the looped one at its first call)
-  traced-rows    the fp8 row quantization of the linears' inputs traced as torch ops under compile,
-                 for Inductor to fuse into the norm before it (`quant.TRACED_ROWS`)
 `--profile P.toml` (repeatable) adds a row per profile file. `auto` values follow this machine's
 tune cache (`ltx-tui --tune`), as `apply_profile` resolves them; the legend says what each got.
 
@@ -144,7 +142,6 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
-    "traced-rows": ("row quantization traced for Inductor", "backends.runtime.quant", "TRACED_ROWS", True),
 }
 
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows, quantize_rows_torch
+from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
 
 LTX2_BLOCK_PREFIX = "transformer_blocks."
 LTX2_BLOCK_LINEARS = (".to_q", ".to_k", ".to_v", ".to_out.0", "ff.net.0.proj", "ff.net.2")
@@ -100,17 +100,11 @@ def _fp8_rows_fake(x, gelu):
     return x.new_empty(x.shape, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:1], dtype=torch.float32)
 
 
-TRACED_ROWS = False  # bench/ltx2_dit.py's `:traced-rows` ablation turns it on
-
-
 def _fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8 row quantization of a 2-D activation (`quantize_rows`). While torch.compile traces, one
     functional custom op, which `runtime.shared_rows` merges where LTX-2's attention quantizes one
-    input for to_q, to_k and to_v (to_k and to_v of one context); with `TRACED_ROWS` (not GELU
-    rows), torch ops that Inductor fuses into the kernel that makes `x`."""
+    input for to_q, to_k and to_v (to_k and to_v of one context)."""
     if torch.compiler.is_compiling():
-        if TRACED_ROWS and not gelu:
-            return quantize_rows_torch(x, torch.float8_e4m3fn)
         return _fp8_rows_op(x, gelu)
     return quantize_rows(x, torch.float8_e4m3fn, gelu)
 
