@@ -9,11 +9,11 @@ Every model an LTX-2 v1.2.0 pipeline loads passes through one of two builders:
 - builds, then applies the plan's steps for that model (`apply_profile` with the plan narrowed to
   the steps the flag policy leaves to ltx-tui) and records load and apply seconds.
 Weights LTX-2's safetensors loader reads onto a CUDA device go through `pinned_load` (chunks in
-pinned buffers, reads overlapping the copies; the same state dict). A DiT built again with the same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2)
-gets the model the first build made, kept on the device in between (`keep_dit`: LTX-2 would
-dispose it after stage 1 and read all its weights again; `X0Model.dispose` skips the kept one),
-when its weights take at most `KEEP_FRACTION` of the GPU's memory; it is let go when a decoder
-starts. The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
+pinned buffers, reads overlapping the copies; the same state dict). A DiT built again with the
+same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2) gets the model the first
+build made, kept on the device in between (`keep_dit`: LTX-2 would dispose it after stage 1 and
+read all its weights again; `X0Model.dispose` skips the kept one), when its weights take at most
+`KEEP_FRACTION` of the GPU's memory; it is let go when a decoder starts. The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
 Everything is restored on exit; LTX-2's files are never edited.
 
 Under LTX-2's sequence parallelism (the `*_mgpu` modules, `backends.launch.mgpu`) the DiT's

@@ -422,8 +422,8 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
 
 PREPARE: dict[str, Callable[..., Apply]] = {
     "env": _prepare_env, "diffvae_layout": _prepare_layout, "na_backend": _prepare_na,
-    "dense_attention": _prepare_dense, "fast_norm": _prepare_fast_norm, "quantize": _prepare_quantize, "offload": _prepare_offload,
-    "compile": _prepare_compile,
+    "dense_attention": _prepare_dense, "fast_norm": _prepare_fast_norm, "quantize": _prepare_quantize,
+    "offload": _prepare_offload, "compile": _prepare_compile,
 }
 
 

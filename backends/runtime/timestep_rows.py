@@ -12,7 +12,8 @@ conditioning mask: text-to-video, stage 2's noise), the one-token form ((B, 1) o
 computes the same numbers from one row. `install` gives LTXModel (any model type: audio and video,
 video only, audio only) a forward pre-hook that checks each call (one device sync for both
 modalities) and passes such timesteps with one token; the wrappers around it (LTX-2's `X0Model`,
-its multi-GPU tiling) still see their own tensors, and a copy or a pickle of the model keeps it. A modality with a conditioning mask keeps its per-token form.
+its multi-GPU tiling) still see their own tensors, and a copy of the model keeps it. A modality
+with a conditioning mask keeps its per-token form.
 """
 
 from __future__ import annotations
@@ -57,14 +58,12 @@ def collapse(*modalities):
 
 
 def _rows_hook(module: nn.Module, args: tuple, kwargs: dict):
-    """LTXModel's forward pre-hook: its (video, audio) collapsed, positional or by keyword."""
-    if len(args) >= 2:
-        return (*collapse(args[0], args[1]), *args[2:]), kwargs
-    if len(args) == 1:
-        video, audio = collapse(args[0], kwargs.get("audio"))
-        return (video,), {**kwargs, "audio": audio} if "audio" in kwargs else kwargs
-    video, audio = collapse(kwargs.get("video"), kwargs.get("audio"))
-    return args, {**kwargs, **{k: v for k, v in (("video", video), ("audio", audio)) if k in kwargs}}
+    """LTXModel's forward pre-hook: its video and audio (positional or by keyword) collapsed."""
+    video = args[0] if args else kwargs.get("video")
+    audio = args[1] if len(args) > 1 else kwargs.get("audio")
+    both = collapse(video, audio)
+    named = {k: v for k, v in zip(("video", "audio")[len(args):], both[len(args):]) if k in kwargs}
+    return (*both[:len(args)], *args[2:]), {**kwargs, **named}
 
 
 def install(model: nn.Module) -> bool:
