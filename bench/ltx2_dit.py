@@ -58,6 +58,11 @@ one thing of the profile's runtime in that variant's process:
                  per token, as LTX-2 is called)
   multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
                  each timed against the looped one at its first call)
+  autotune       Inductor's `max_autotune_gemm` (Triton GEMM templates timed against cuBLAS, the
+                 element-wise work after a GEMM fused into the template's epilogue where it wins)
+  coord          Inductor's `coordinate_descent_tuning` (each fused kernel's launch shape tuned)
+  combo          Inductor's `combo_kernels` (independent element-wise kernels, e.g. the audio and
+                 video branches', horizontally fused into one launch)
 `--profile P.toml` (repeatable) adds a row per profile file. `auto` values follow this machine's
 tune cache (`ltx-tui --tune`), as `apply_profile` resolves them; the legend says what each got.
 
@@ -142,6 +147,9 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
+    "autotune": ("Inductor GEMM autotuning", "torch._inductor.config", "max_autotune_gemm", True),
+    "coord": ("Inductor coordinate-descent tuning", "torch._inductor.config", "coordinate_descent_tuning", True),
+    "combo": ("Inductor combo kernels", "torch._inductor.config", "combo_kernels", True),
 }
 
 
