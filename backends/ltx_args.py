@@ -57,6 +57,9 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
     pinned = plan.pinned()  # what auto decided here, as LTX-2's flags say it
     if plan["compile.enabled"].effective:
         flag("compile.mode", " ".join(pinned.compile.ltx2_flag()))
+    elif plan["compile.capture"].effective:
+        notes.append("compile.capture = true with compile off: no ltx-pipelines flag (ltx-tui's runtime captures "
+                     "LTX-2's block loop of eager blocks; LTX-2's --compile capture=true compiles them too)")
     flag("diffvae.mode", value("diffvae.mode", pinned.diffvae.mode).flag)
     notes += [f"{key} = auto -> {show_value(plan[key].effective)}: {plan[key].chain[0].reason}"
               for key in UNIT if str(p.get(key)) == "auto" and plan[key].effective is not None]

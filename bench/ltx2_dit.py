@@ -43,6 +43,10 @@ Variants (`--variants`, comma-separated; default: the first six):
                          compile.capture = true: the 48-block loop as one CUDA graph per input shape
                          (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
                          sdpa_cudnn_fp8 + fp8-scaled-mm + compile
+  eager-capture, fast-norm+eager-capture, fp8-scaled-mm+eager-capture,
+  fp8-attn+fp8-scaled-mm+eager-capture, fp8-attn+fp8-scaled-mm+fast-norm+eager-capture
+                         compile.capture = true with compile off: the loop of eager blocks as one
+                         CUDA graph per input shape (no compile time)
   ltx2-fp8-cast          LTX-2's own fp8-cast, as its loader applies it to a bf16 checkpoint: its
                          TRANSFORMER_LINEAR_DOWNCAST_MAP (weights and biases cast to float8_e4m3fn,
                          no scale) and its UPCAST_DURING_INFERENCE module op (upcast in forward)
@@ -133,6 +137,18 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                         "compile.capture": True}),
+    "eager-capture": ("ltx-tui capture (eager blocks)", {"compile.capture": True}),
+    "fast-norm+eager-capture": ("ltx-tui fast_norm + capture (eager blocks)",
+                                {"transformer.fast_norm": True, "compile.capture": True}),
+    "fp8-scaled-mm+eager-capture": ("ltx-tui fp8-scaled-mm + capture (eager blocks)",
+                                    {"transformer.quantization": "fp8-scaled-mm", "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+eager-capture": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + capture (eager blocks)",
+                                             {"transformer.attention": "sdpa_cudnn_fp8",
+                                              "transformer.quantization": "fp8-scaled-mm", "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+fast-norm+eager-capture": (
+        "ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm + capture (eager blocks)",
+        {"transformer.attention": "sdpa_cudnn_fp8", "transformer.quantization": "fp8-scaled-mm",
+         "transformer.fast_norm": True, "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),

@@ -118,3 +118,35 @@ def test_disposing_the_dit_in_a_run_releases_its_loop_graphs():
         assert bool(graphs.graphs) == (kept is not None) and (graphs.pool is None) == (kept is None)
     assert disposed == [x0]
     assert block_graph.release_loop_graphs(x0) and not block_graph.release_loop_graphs(nn.Linear(2, 2))
+
+
+def test_capture_without_compile_takes_the_eager_loop_of_ltx2s_dit():
+    """compile.capture with compile off: a `capture` step installs the loop graphs on LTX-2's eager
+    blocks (no torch.compile) and one AdaLN row; a model without LTX-2's loop is no target."""
+    from backends.config.options import Profile
+    from backends.config.plan import resolve
+    from backends.machine.presets import preset
+    from backends.runtime.apply import PREPARE, ApplyReport, ProfileNotRunnable
+
+    plan = resolve(Profile().replace(**{"compile.capture": True}), preset("h200"))
+    step = plan.step("capture")
+    model = ltx2.tiny_transformer(layers=2)
+    video, audio, _ = ltx2.transformer_inputs(tokens=12)
+    with torch.inference_mode():
+        want = model(video, audio, None)
+    report = ApplyReport(plan)
+    PREPARE["capture"](step, model, plan, torch.device("cuda"), None)(model, report)
+    assert isinstance(model._process_transformer_blocks, block_graph.LoopGraphs)
+    assert report.loop_graphs is model._process_transformer_blocks
+    change = report.change("compile.capture")
+    assert change.action == "captured" and "blocks eager" in change.detail and "one AdaLN row" in change.detail
+    assert not any(hasattr(b.forward, "_torchdynamo_orig_callable") for b in model.transformer_blocks)
+    with torch.inference_mode():  # off CUDA the loop runs as it is
+        got = model(video, audio, None)
+    assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want))
+    other = nn.Sequential(nn.Linear(2, 2))
+    report = ApplyReport(plan)
+    PREPARE["capture"](step, other, plan, torch.device("cuda"), None)(other, report)
+    assert report.change("compile.capture").action == "no target" and report.loop_graphs is None
+    with pytest.raises(ProfileNotRunnable, match="CUDA device"):
+        PREPARE["capture"](step, model, plan, torch.device("cpu"), None)

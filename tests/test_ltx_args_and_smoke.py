@@ -54,6 +54,9 @@ def test_offload_compile_and_batch_flags():
     keyed = L(P(compile__enabled=True, compile__mode="max-autotune", compile__backend="aot_eager",
                        compile__fullgraph=True, compile__dynamic="true", compile__capture=True))
     assert "--compile mode=max-autotune backend=aot_eager fullgraph=true dynamic=true capture=true" in keyed
+    eager = L(P(compile__enabled=False, compile__capture=True))
+    assert "--compile" not in eager.split("#")[0] and "# compile.capture = true with compile off: no ltx-pipelines" \
+        in eager
 
 
 def test_multi_gpu_uses_mgpu_module_and_drops_ignored_flags():

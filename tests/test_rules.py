@@ -249,6 +249,21 @@ def test_capture_says_what_it_captures():
     assert "LTX-2's block loop as one CUDA graph per input shape" in said and "True" not in said
 
 
+def test_capture_without_compile_captures_the_eager_loop():
+    """compile.capture no longer needs compile.enabled: the runtime captures LTX-2's eager block loop."""
+    plan = resolve(P(compile__enabled=False, compile__capture=True), preset("h200"))
+    d = plan["compile.capture"]
+    assert (d.status, d.effective) == (Status.WARNING, True)
+    assert "(eager blocks)" in " ".join(step.reason for step in d.chain)
+    assert plan.step("compile") is None and plan.step("capture").options == ("compile.capture",)
+    assert plan["compile.mode"].effective is None  # the rest of compile stays unused
+    cpu = resolve(P(compile__enabled=False, compile__capture=True), preset("cpu"))
+    assert cpu["compile.capture"].status is Status.ERROR and cpu.step("capture") is None
+    streamed = resolve(P(compile__capture=True, offload__mode="cpu"), preset("h100"))
+    assert streamed["compile.capture"].status is Status.FALLBACK and streamed.step("capture") is None
+    assert resolve(P(compile__enabled=True, compile__capture=True), preset("h200")).step("capture") is None
+
+
 def test_cuda_graphs_over_streamed_weights_fall_back_to_plain_compile():
     d = by_option(P(compile__enabled=True, compile__mode="max-autotune", compile__capture=True, offload__mode="cpu"),
                   preset("h100"))

@@ -229,7 +229,8 @@ class Effective:
         compile_step = plan.step("compile")
         par = plan.profile.parallel
         return cls(eff("transformer.quantization"), eff("offload.mode"), plan.profile.offload.gpu_slots,
-                   bool(compile_step and compile_step.args["cudagraphs"]), eff("diffvae.mode"), par.gpus,
+                   bool(compile_step and compile_step.args["cudagraphs"]) or plan.step("capture") is not None,
+                   eff("diffvae.mode"), par.gpus,
                    par.ordinals)
 
 

@@ -441,7 +441,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _choice("compile.dynamic", Dynamic, "Dynamic shapes: auto lets torch decide.", rules=("compile.dynamic",),
             runtime=_COMPILE, flag="--compile dynamic=VALUE"),
     OptionSpec("compile.capture", Kind.BOOL, "Capture CUDA graphs: LTX-2's whole block loop, one graph per "
-               "input shape (one graph per block on other models).",
+               "input shape (one graph per block on other compiled models); with compile.enabled = false the "
+               "loop of eager blocks.",
                rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
                runtime=_COMPILE, flag="--compile capture=VALUE"),
     _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in.",

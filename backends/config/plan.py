@@ -22,7 +22,7 @@ from backends.machine.tuned import Tuned
 
 # The runtime's steps, in the order apply_profile takes them.
 STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "fast_norm", "quantize", "offload",
-              "compile")
+              "compile", "capture")
 # Options the runtime leaves to the LTX-2 pipeline or launcher, and why.
 PIPELINE = {
     "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
@@ -168,6 +168,9 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                   else "")
         steps.append(Step("compile", args, "torch.compile per transformer block: " + ", ".join(
             f"{k}={v}" for k, v in args.items()) + graphs, ("compile.enabled", *keys)))
+    elif _runs(c) and not c.effective and _runs(d["compile.capture"]) and d["compile.capture"].effective:
+        steps.append(Step("capture", {}, "LTX-2's block loop, its blocks eager, captured as one CUDA graph per input "
+                          "shape from its second call (other models: not captured)", ("compile.capture",)))
     return sorted(steps, key=lambda s: STEP_ORDER.index(s.kind))
 
 

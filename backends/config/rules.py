@@ -556,7 +556,7 @@ _RULES: tuple[Rule, ...] = (
          lambda f: f.profile.offload.mode is OffloadMode.NONE or f.profile.parallel.gpus > 1
          or not (f.profile.compile.mode in CUDA_GRAPH_MODES or f.profile.compile.capture),
          lambda f: f"ltx-tui's runtime streams offloaded weights ({f.profile.offload.mode}) through shared GPU slots, "
-         "which CUDA graphs cannot follow: it compiles those blocks without CUDA graphs",
+         "which CUDA graphs cannot follow: it runs those blocks without CUDA graphs",
          "set offload.mode = \"none\" to keep CUDA graphs, or compile.mode = \"default\" to say so"),
     Rule("compile.inductor-triton", lambda f: not f.cuda or f.has("triton"),
          lambda f: f"the inductor backend generates Triton kernels on CUDA, but triton is not importable "
@@ -883,8 +883,9 @@ class _Resolver:
         auto = f"auto ({why}): " if why else ""
         if not enabled:
             self.ok("compile.enabled", auto + value("compile.enabled", "false").text, False)
-            for k in keys:
+            for k in keys[:-1]:
                 self.unused(k, "compile.enabled is false" if not auto else "compile.enabled = auto runs eager")
+            self._graphs((("compile.capture", c.capture, c.capture),), compiled=False)
             return
         f = self.f
         does = auto + value("compile.enabled", "true").text
@@ -892,9 +893,25 @@ class _Resolver:
             self.ok("compile.enabled", does, True)
         else:
             self.warn("compile.enabled", "parallel.compile-barrier", True, reason=does)
+        self._graphs((("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
+                      ("compile.capture", c.capture, c.capture)), compiled=True)
+        backend = value("compile.backend", c.backend)
+        if backend.needs:
+            self.require("compile.backend", backend.needs, backend.text)
+        else:
+            self.ok("compile.backend", backend.text)
+        self.ok("compile.fullgraph", "one graph per block, fail on breaks" if c.fullgraph else "graph breaks allowed")
+        if c.dynamic is Dynamic.TRUE:
+            self.warn("compile.dynamic", "compile.dynamic")
+        else:
+            self.ok("compile.dynamic", value("compile.dynamic", c.dynamic).text)
+
+    def _graphs(self, options: tuple, compiled: bool) -> None:
+        """compile.mode / compile.capture: (key, asked, whether it means CUDA graphs) each. Without
+        compile, capture takes LTX-2's eager block loop."""
+        c, f = self.p.compile, self.f
         streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
-        for key, asked, graphs in (("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
-                                   ("compile.capture", c.capture, c.capture)):
+        for key, asked, graphs in options:
             if not graphs:
                 self.ok(key, f"{c.mode} (no CUDA graphs)" if key == "compile.mode" else "no CUDA graph capture")
             elif not self.require(key, ["compile.cuda-graphs-cuda"], ""):
@@ -907,21 +924,12 @@ class _Resolver:
                          [rule.id], rule.message(f), rule.fix(f))
             else:
                 what = f"{_plain(asked)} (CUDA graphs)" if key == "compile.mode" else \
-                    "captured: LTX-2's block loop as one CUDA graph per input shape, from its second call"
+                    f"captured: LTX-2's block loop{'' if compiled else ' (eager blocks)'} as one CUDA graph per " \
+                    "input shape, from its second call"
                 if not RULES["compile.cuda-graphs-single-gpu"].holds(f):
                     self.warn(key, "compile.cuda-graphs-single-gpu", reason=what)
                 else:
                     self.ok(key, what, rules=["compile.cuda-graphs-cuda"])
-        backend = value("compile.backend", c.backend)
-        if backend.needs:
-            self.require("compile.backend", backend.needs, backend.text)
-        else:
-            self.ok("compile.backend", backend.text)
-        self.ok("compile.fullgraph", "one graph per block, fail on breaks" if c.fullgraph else "graph breaks allowed")
-        if c.dynamic is Dynamic.TRUE:
-            self.warn("compile.dynamic", "compile.dynamic")
-        else:
-            self.ok("compile.dynamic", value("compile.dynamic", c.dynamic).text)
 
     def offload(self) -> None:
         o = self.p.offload

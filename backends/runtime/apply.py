@@ -17,7 +17,9 @@ The steps, on LTX-2's real modules or any module that follows their protocols:
   without graphs of their own; other CUDA graphs (compile.mode reduce-overhead / max-autotune, or
   capture on a model without that loop) are Inductor's, one per block: a step is marked at every
   forward of the model and its outputs are copied out of the graph pool; LTX-2's per-token
-  timesteps that are equal across a modality's tokens go in as one row (`runtime.timestep_rows`).
+  timesteps that are equal across a modality's tokens go in as one row (`runtime.timestep_rows`);
+- `capture`: compile.capture without compile: LTX-2's block loop captured the same way with its
+  blocks eager (no compile time; the host's per-kernel work leaves the forward), one AdaLN row too.
 What a compiled step did not compile (graph breaks, graphs that ran eagerly) the report counts
 from the apply on (`ApplyReport.compile_health`, `runtime.compile_watch`).
 """
@@ -420,10 +422,31 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
     return apply
 
 
+def _prepare_capture(step: Step, model, plan, device, include) -> Apply:
+    """compile.capture without compile: LTX-2's block loop captured with its blocks as they are
+    (eager), so a forward costs the GPU's work and no host work per kernel."""
+    if device.type != "cuda":
+        raise ProfileNotRunnable(f"compile.capture needs the model on a CUDA device, not {device}")
+
+    def apply(model, report):
+        graphs = capture_loop(model)
+        if graphs is None:
+            report.add("compile.capture", "no target", "no LTX-2 LTXModel block loop: without compile, capture takes "
+                       "only LTX-2's DiT")
+            return
+        report.loop_graphs = graphs
+        rows = timestep_rows.install(model)
+        report.add("compile.capture", "captured", "LTX-2's block loop, its blocks eager, as one CUDA graph per input "
+                   "shape, from its second call" +
+                   ("; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else ""),
+                   [type(graphs.owner).__name__])
+    return apply
+
+
 PREPARE: dict[str, Callable[..., Apply]] = {
     "env": _prepare_env, "diffvae_layout": _prepare_layout, "na_backend": _prepare_na,
     "dense_attention": _prepare_dense, "fast_norm": _prepare_fast_norm, "quantize": _prepare_quantize,
-    "offload": _prepare_offload, "compile": _prepare_compile,
+    "offload": _prepare_offload, "compile": _prepare_compile, "capture": _prepare_capture,
 }
 
 
