@@ -23,8 +23,19 @@ def profile(**values) -> Profile:
 def test_no_speed_flags_pass_through_and_ltx_tui_applies_the_rest():
     p = flags.policy(ARGS, profile())
     assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager") and p.verdicts == ()
-    assert p.dit_steps == ("dense_attention", "quantize", "compile")
+    assert p.dit_steps == ("dense_attention", "fast_norm", "quantize", "compile", "capture")
     assert p.decoder_steps == ("diffvae_layout", "na_backend")
+
+
+def test_every_plan_step_of_a_dit_reaches_the_dit_under_the_launcher():
+    """A step the policy leaves out is silently not applied to LTX-2's DiT (fast_norm and capture
+    once were): every step kind is the launcher's for the DiT, the decoder's, or the process's."""
+    from backends.config.plan import STEP_ORDER
+
+    p = flags.policy(ARGS, profile(**{"transformer.fast_norm": True, "compile.capture": True}))
+    process = {"env", "offload"}  # apply_env before LTX-2 starts; offload is LTX-2's streaming builder
+    assert set(STEP_ORDER) == set(p.dit_steps) | set(p.decoder_steps) | process
+    assert {"fast_norm", "capture"} <= set(p.dit_steps)
 
 
 def test_a_flag_that_disagrees_conflicts_naming_both():
@@ -100,7 +111,7 @@ def test_offload_is_ltx2s_and_takes_quantization_and_compile_with_it():
     p = flags.policy(ARGS, prof)
     assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager", "--offload", "cpu", "--quantization",
                           "fp8-cast", "--compile", "mode=max-autotune-no-cudagraphs", "--max-batch-size", "2")
-    assert p.dit_steps == ("dense_attention",)
+    assert p.dit_steps == ("dense_attention", "fast_norm")
     assert len(p.ltx2_does) == 4
 
 
@@ -109,7 +120,7 @@ def test_nvfp4_goes_to_ltx2s_loader(method):
     """Only LTX-2's loader quantizes to NVFP4: the flag goes to LTX-2, the DiT gets no quantize step."""
     p = flags.policy(ARGS, profile(**{"transformer.quantization": method, "compile.enabled": True}))
     assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_eager", "--quantization", method)
-    assert p.dit_steps == ("dense_attention", "compile")
+    assert p.dit_steps == ("dense_attention", "fast_norm", "compile", "capture")
     assert any("loader" in d for d in p.ltx2_does)
 
 

@@ -64,7 +64,7 @@ def test_compile_and_the_decoder_layout_are_judged_and_ltx_tui_does_them_in_ever
     prof = FP8.replace(**{"compile.enabled": True, "diffvae.mode": "chunked_compile"})
     p = flags.policy(ARGS + ["--compile", "--diffvae-optimization", "chunked_compile"], prof, multi_gpu=True)
     assert not p.conflicts and [v.verdict for v in p.verdicts] == ["agrees", "agrees"]
-    assert p.dit_steps == ("dense_attention", "compile")  # fp8-cast is the ranks' own: never quantized twice
+    assert p.dit_steps == ("dense_attention", "fast_norm", "compile", "capture")  # fp8-cast is the ranks' own: never quantized twice
     assert p.decoder_steps == ("diffvae_layout", "na_backend")
     assert p.ltx_argv == (*ARGS, "--diffvae-optimization", "chunked_compile")  # no --compile: ltx-tui compiles
     assert any("fp8-cast" in t for t in p.ltx2_does)
@@ -399,7 +399,7 @@ def test_distilled_mgpus_runner_reaches_a_spawned_rank_with_the_hooks(ltx2_pipel
     assert report["bases"] == ["DistilledRunner", "MGPURunner"] and report["base_module"] == "__main__"
     assert report["main"] == "__mp_main__"  # the child imported the module as spawn does, not as __main__
     assert report["method_modules"] == ["backends.launch.mgpu"] * 3
-    assert report["rank"] == 0 and report["dit_steps"] == ["dense_attention", "compile"]
+    assert report["rank"] == 0 and report["dit_steps"] == ["dense_attention", "fast_norm", "compile", "capture"]
     assert report["before"] == dict.fromkeys(report["before"], False)  # a fresh process: nothing from the parent
     assert report["installed"] == dict.fromkeys(report["installed"], True)  # compile: the SP build wrapped too
     assert report["after"] == dict.fromkeys(report["after"], False)

@@ -72,6 +72,11 @@ class Verdict:
     detail: str
 
 
+# Plan steps ltx-tui applies to every DiT build; quantize, compile and capture unless LTX-2's own
+# builder does what they do (offload: its streaming builder; a loader quantization)
+DIT_ALWAYS = ("dense_attention", "fast_norm")
+
+
 @dataclass(frozen=True)
 class FlagPolicy:
     """The module's arguments split into what LTX-2 receives and what ltx-tui does instead."""
@@ -239,7 +244,7 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
     ltx_argv, ltx2_does, notes = list(rest), [], []
     # LTX-2 sizes its decode tiles for the layout it is told (the launcher lays it out itself)
     ltx_argv += ["--diffvae-optimization", str(profile.diffvae.mode)]
-    dit_steps = ["dense_attention"]
+    dit_steps = list(DIT_ALWAYS)
     if o is not OffloadMode.NONE and q not in OFFLOAD_QUANTIZATIONS:
         raise FlagConflict(f"offload.mode = {o} with transformer.quantization = {q}: under `ltx-tui run` offload is "
                            "LTX-2's own block streaming, which takes only quantization none or fp8-cast; set "
@@ -259,9 +264,9 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
     elif value("transformer.quantization", q).runner == LOADER:
         ltx_argv += ["--quantization", str(q)]
         ltx2_does.append(f"transformer.quantization = {q}: LTX-2's loader policy (--quantization {q})")
-        dit_steps += ["compile"]
+        dit_steps += ["compile", "capture"]
     else:
-        dit_steps += ["quantize", "compile"]
+        dit_steps += ["quantize", "compile", "capture"]
     if n != 1:
         ltx_argv += ["--max-batch-size", str(n)]
         ltx2_does.append(f"memory.max_batch_size = {n}: --max-batch-size {n} (read by some modules only)")
@@ -303,7 +308,7 @@ def _mgpu_policy(args: list[str], profile: Profile) -> FlagPolicy:
         notes.append(f"memory.max_batch_size = {profile.memory.max_batch_size}: not passed (LTX-2's multi-GPU "
                      "modules never read --max-batch-size)")
     return FlagPolicy(tuple(rest) + ("--diffvae-optimization", str(mode)), tuple(verdicts), tuple(ltx2_does),
-                      ("dense_attention", "compile"), notes=tuple(notes))
+                      (*DIT_ALWAYS, "compile", "capture"), notes=tuple(notes))
 
 
 def equivalent_profile(args: list[str] | tuple[str, ...], expandable_segments: bool, *,
