@@ -230,6 +230,33 @@ def test_run_refuses_a_broken_profile(tmp_path, capsys):
     assert "TOML syntax error" in capsys.readouterr().err
 
 
+def test_a_dit_quantized_by_the_runtime_is_predicted_at_its_bf16_build():
+    """Under `ltx-tui run` LTX-2's builder puts the bf16 DiT on the GPU and ltx-tui's runtime quantizes
+    it after: the stage that builds it peaks at the bf16 weights (measured 36.53 GiB on the H200 where
+    the plan had said 18.48), a stage that reuses the kept DiT at the quantized weights + activations."""
+    from types import SimpleNamespace
+
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.memory import GIB, Effective, dit_build_bytes, dit_weight_bytes, plan_memory
+    from backends.config.plan import resolve
+    from backends.launch.run import _predictions, full_size_params
+    from backends.machine.presets import preset
+
+    fp8 = resolve(Profile().replace(**{"transformer.quantization": "fp8-scaled-mm"}), preset("h200"))
+    prep = SimpleNamespace(profile=fp8.profile, plan=fp8, shape={"width": 768, "height": 512, "frames": 121})
+    built = [SimpleNamespace(model=m, params=n) for m, n in full_size_params().items()]
+    e = Effective.of(fp8)
+    assert dit_build_bytes(e) == dit_weight_bytes(Effective.of(resolve(Profile(), preset("h200")))) > dit_weight_bytes(e)
+    running = next(s.peak_bytes for s in plan_memory(fp8, RunShapes(768, 512, 121), None).stages
+                   if s.stage == "DiT denoising")
+    predict = _predictions(prep, built)
+    gib, against = predict("denoise", {}, False, True)
+    assert gib == round(dit_build_bytes(e) / GIB, 3) > running / GIB and "built in bf16" in against
+    assert predict("denoise", {}, False, False) == (round(running / GIB, 3), "DiT denoising")  # the kept DiT
+    for profile in (Profile(), Profile().replace(**{"transformer.quantization": "fp8-cast", "offload.mode": "cpu"})):
+        assert dit_build_bytes(Effective.of(resolve(profile, preset("h200")))) is None
+
+
 def test_predictions_need_full_size_models_and_count_a_kept_dit():
     from types import SimpleNamespace
 

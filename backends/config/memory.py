@@ -86,7 +86,7 @@ from backends.config import ltx2_shapes as S
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.plan import Plan, resolve
 from backends.config.rules import Status, sp_token_cap, sp_tokens
-from backends.config.values import value
+from backends.config.values import RUNTIME, value
 
 GIB = 1 << 30
 BF16 = 2
@@ -241,6 +241,18 @@ def dit_weight_bytes(e: Effective) -> int:
     block_bytes = int(linears * per_linear + (total - linears) * BF16)
     resident = min(e.gpu_slots, S.DIT_LAYERS) if e.offload != "none" else S.DIT_LAYERS
     return resident * block_bytes + DIT_OUTSIDE_BLOCKS * BF16
+
+
+def dit_build_bytes(e: Effective) -> int | None:
+    """The DiT's weights as LTX-2's builder leaves them on the GPU under `ltx-tui run`, before
+    ltx-tui's runtime quantizes its linears (bf16), where that is more than the quantized weights;
+    None where the builder's weights are what runs (no runtime quantization, loader quantization,
+    offload). `apply_profile` on a model built elsewhere quantizes before it places the model."""
+    about = value("transformer.quantization", e.quantization)
+    if e.offload != "none" or about.step != "quantize" or about.runner != RUNTIME or e.gpus > 1:
+        return None
+    built = dit_weight_bytes(replace(e, quantization="none"))
+    return built if built > dit_weight_bytes(e) else None
 
 
 def _dit(e: Effective, shapes: RunShapes) -> StagePeak:

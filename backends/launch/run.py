@@ -385,11 +385,12 @@ def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callab
     (plus the DiT's weights while the launcher keeps it on the device for a later stage); for a
     rank of a multi-GPU run, that rank's plan."""
     from backends.config.ltx2_shapes import RunShapes
-    from backends.config.memory import GIB, Effective, dit_weight_bytes, plan_memory
+    from backends.config.memory import GIB, Effective, dit_build_bytes, dit_weight_bytes, plan_memory
 
     full = full_size_params()
 
-    def predict(kind: str, stage_shape: dict[str, int], with_kept_dit: bool = False) -> tuple[float | None, str | None]:
+    def predict(kind: str, stage_shape: dict[str, int], with_kept_dit: bool = False,
+                dit_built: bool = False) -> tuple[float | None, str | None]:
         if kind not in PREDICTED:
             return None, None
         name, model = PREDICTED[kind]
@@ -416,6 +417,9 @@ def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callab
         name = f"{name} (rank {rank})" if ranked else name
         if with_kept_dit:
             return round((stage.peak_bytes + dit_weight_bytes(Effective.of(prep.plan))) / GIB, 3), f"{name} + the kept DiT's weights"
+        build = dit_build_bytes(Effective.of(prep.plan)) if dit_built and kind == "denoise" else None
+        if build is not None and build > stage.peak_bytes:
+            return round(build / GIB, 3), f"{name}: the DiT built in bf16, before ltx-tui's runtime quantized it"
         return round(stage.peak_bytes / GIB, 3), name
     return predict
 
@@ -425,12 +429,13 @@ def _model_record(built) -> ModelRecord:
                        built.changes, built.warnings, built.params, built.kept, built.compile)
 
 
-def _stage_records(meter, predict) -> tuple[StageRecord, ...]:
+def _stage_records(meter, predict, built: list) -> tuple[StageRecord, ...]:
     from backends.launch.meter import GIB
 
     out = []
     for s in meter.stages:
-        predicted, against = predict(s.kind, s.shape, s.with_kept_dit)
+        dit_built = any(b.model == "LTXModel" and b.stage == s.name and not b.kept for b in built)
+        predicted, against = predict(s.kind, s.shape, s.with_kept_dit, dit_built)
         out.append(StageRecord(
             s.name, s.kind, round(s.seconds, 4), s.calls,
             None if s.peak_allocated is None else round(s.peak_allocated / GIB, 3),
@@ -493,7 +498,7 @@ def make_record(prep: Prepared, *, run_id: str, started: datetime.datetime, wall
                  "values": {d.option: toml_value(d.requested) for d in prep.plan}},
         plan=dict(plan, **(plan_extra or {})),
         models=tuple(_model_record(b) for b in built),
-        stages=_stage_records(meter, _predictions(prep, built, rank)), rank=rank)
+        stages=_stage_records(meter, _predictions(prep, built, rank), built), rank=rank)
 
 
 def _module_outcome(run: Callable[[], None], module: str, log_error) -> tuple[str, int, str | None, str | None]:
