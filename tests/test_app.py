@@ -99,6 +99,7 @@ async def test_impossible_values_stay_visible_and_marked():
         assert "error" not in modes["reduce-overhead"]  # compile is off: unused, not an error
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_invalid_number_is_not_applied():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:
@@ -124,6 +125,7 @@ async def test_invalid_number_is_not_applied():
         assert app.profile.parallel.devices is None
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_export_writes_a_profile_that_loads_back(tmp_path):
     app = make_app()
     path = tmp_path / "out.toml"
@@ -225,6 +227,7 @@ async def wait_for(pilot, predicate, tries=250):
     raise AssertionError("condition not reached")
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_smoke_run_shows_progress_results_and_cancels():
     runner = FakeRunner()
     app = make_app(smoke_runner=runner, smoke_capability=preset("h100"))
@@ -396,6 +399,7 @@ async def test_gpu_history_grows_with_each_reading():
 
 # --- issue 10: markup-like text, focus, probe failures, narrow and wide screens ------------------
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_bracketed_paths_are_written_and_shown_literally(tmp_path):
     path = tmp_path / "x[" / "][red]ltx [h100].toml"  # the path holds "[/]" and "[red]"
     assert "[/]" in str(path)
@@ -444,6 +448,7 @@ async def test_profile_value_that_looks_like_markup_shows_the_banner(tmp_path):
         assert '"[/]" is not allowed' in banner
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_focus_follows_the_tab():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:
@@ -670,6 +675,7 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         assert probed == [1]  # through the app's prober (a subprocess by default), not in the UI process
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_a_smoke_run_and_a_tune_go_one_at_a_time():
     """Both could run at once and one c cancelled both: starting one while the other runs is refused,
     saying what runs and that c cancels it."""
@@ -730,6 +736,7 @@ async def test_tune_tab_shows_a_compiled_values_first_calls_cold_and_cached():
         assert "chosen diffvae.mode = chunked_eager" in status  # one decode does not pay for the compile
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_tables_wider_than_80_columns_say_they_scroll_sideways():
     """At 80x24 the Tune and Smoke tables scrolled sideways with little hint: the panel's bottom border
     says there are more columns, and which way, while some are out of sight."""

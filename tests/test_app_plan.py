@@ -5,6 +5,7 @@ it does at once, a new profile file, and the side column's width."""
 import dataclasses
 import threading
 
+import pytest
 from textual.widgets import Input, Static
 
 from backends.machine.presets import preset
@@ -40,6 +41,7 @@ async def set_run(pilot, resolution=None, frames=None, batch=None, enter=True):
     await pilot.pause()
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
     shapes_tuned = []
 
@@ -155,6 +157,7 @@ async def test_at_120_columns_the_side_column_leaves_the_tabs_80():
         assert app.query_one("#tabs").size.width >= 80
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_w_opens_the_run_inputs_and_escape_leaves_them():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

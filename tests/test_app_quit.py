@@ -54,6 +54,7 @@ async def test_quitting_during_a_tune_kills_its_workers(sleeping_workers):
     assert {c.reason for c in cached.candidates if c.option == "diffvae.na_backend"} >= {"cancelled"}
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_ctrl_c_and_the_palettes_quit_ask_when_there_are_unsaved_changes():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:

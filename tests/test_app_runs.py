@@ -4,6 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Input, Static, TextArea
 
 from backends.machine import runs
@@ -109,6 +110,7 @@ async def test_ledger_text_is_shown_literally(tmp_path):
         assert "[red]x[/]" in screen and "[b]boom[/b]" in screen  # on screen as typed, not as markup
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_skipped_lines_are_counted_and_R_reloads(tmp_path):
     path = ledger(tmp_path / "runs.jsonl", OLDER, extra="{not json\n")
     app = make_app(ledger=path)

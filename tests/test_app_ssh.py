@@ -110,6 +110,7 @@ async def test_palette_explains_an_option_literally():
         assert not isinstance(app.screen, ExplainScreen)
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_palette_opens_the_editor_of_a_number_and_switches_tabs():
     app = make_app("h100")
     async with app.run_test(size=(100, 40)) as pilot:

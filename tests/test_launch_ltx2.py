@@ -111,7 +111,7 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
         original_let_go(self)
     monkeypatch.setattr(hooks.Hooks, "let_go", spy)
     profile = tmp_path / "p.toml"
-    profile.write_text('[transformer]\nquantization = "fp8-cast"\n')
+    profile.write_text('[transformer]\nquantization = "fp8-cast"\nfast_norm = true\n')
     out, ledger = tmp_path / "out.mp4", tmp_path / "runs.jsonl"
     code = main(["run", "--profile", str(profile), "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
                  *args_for(tiny, "distilled", out)])
@@ -133,6 +133,7 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert first.applied and not first.kept
     assert any(c.startswith("transformer.quantization: replaced") for c in first.changes)
     assert any(c.startswith("transformer.attention: installed") for c in first.changes)
+    assert any(c.startswith("transformer.fast_norm: installed") for c in first.changes), first.changes  # once left out
     if keep:
         assert second.kept and second.applied and second.load_s == 0  # stage 2 reuses it: nothing read again
         (model, last_stage), = let_go

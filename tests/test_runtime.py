@@ -341,6 +341,7 @@ def test_presets_can_configure_for_another_machine_but_not_run_here(tmp_path):
         apply_profile(model, write(tmp_path, '[transformer]\nquantization = "fp8-scaled-mm"\n'), preset("h100"))
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 def test_top_level_api_loads_lazily():
     import subprocess
     import sys

@@ -6,6 +6,7 @@ import html
 import re
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input, TextArea
 
 from backends.config.options import OPTIONS_BY_KEY
@@ -69,6 +70,7 @@ async def test_export_over_an_existing_bracketed_path_asks_literally_and_writes(
         assert f"wrote {path}; ctrl+r and ctrl+y copy the lines below" in on_screen(app)
 
 
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_export_shows_control_characters_escaped_and_the_run_line_in_one_piece(tmp_path):
     path = tmp_path / "a\nb\x1b[2J.toml"
     app = make_app()

@@ -128,6 +128,7 @@ def test_budget_and_cancel_skip_with_a_reason(fake_worker):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA (the CPU's attention values)")
+@pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatch):
     args = ["--tune", "--options", "transformer.attention", "--resolution", "256x224", "--frames", "17", "--json"]
     code = main(args + ["--output", str(tmp_path / "tuned.toml")])
