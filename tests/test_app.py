@@ -619,6 +619,7 @@ class FakeTuner:
         return Tuned(cap.fingerprint(), shapes.label, tuple(rows + [last]))
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes
 async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
     from dataclasses import replace
 

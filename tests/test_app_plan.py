@@ -82,6 +82,7 @@ async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
         assert shapes_tuned == ["1536x1024x121 batch 2"]
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes
 async def test_every_problem_of_the_run_shape_is_shown_at_once():
     """A bad resolution and bad frames showed only the first problem: each field's now, one a line."""
     app = make_app()

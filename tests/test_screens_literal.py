@@ -53,6 +53,7 @@ async def export_to(pilot, path):
     await pilot.pause()
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes
 async def test_export_over_an_existing_bracketed_path_asks_literally_and_writes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a short relative path: the question fits on one line of the dialog
     path = Path("x[") / "]y [h100].toml"  # the path holds "[/]" and "[h100]"

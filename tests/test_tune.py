@@ -250,6 +250,7 @@ def test_decoder_mode_measurement_runs_ltx2s_decoder_against_its_own_path(narrow
     assert warm > 0
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes
 def test_a_cached_rerun_reports_the_same_auto_as_the_fresh_one(capsys, monkeypatch):
     """compile.enabled and diffvae.mode are decided as the plan decides them (their prior where
     nothing compiled was measured), fresh or from the cache."""
