@@ -22,10 +22,13 @@ from typing import Any, Callable
 
 from backends.config.plan import Plan, Step, first_device
 from backends.config.rules import Status
-from backends.config.values import step_bound
+from backends.config.values import COMPILED, KERNEL, step_bound
 from backends.machine.worker import run_worker
 
 DEFAULT_TIMEOUT = 120.0
+# Steps whose options carry no value bound: fast_norm's kernels round once where LTX-2's ops round
+# after each op; the captured loop replays the eager blocks with one AdaLN row for uniform timesteps.
+KIND_BOUNDS = {"fast_norm": KERNEL, "capture": COMPILED}
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,15 @@ def plan_checks(plan: Plan) -> list[CheckSpec]:
              "dense_attention": lambda a: f"attention {a['name']}",
              "quantize": lambda a: f"linear {a['method']}",
              "offload": lambda a: f"offload {a['mode']} round trip",
-             "compile": lambda a: f"compiled blocks ({a['mode']})"}
+             "compile": lambda a: f"compiled blocks ({a['mode']})",
+             "fast_norm": lambda a: "one-pass norms (fast_norm)",
+             "capture": lambda a: "captured block loop (eager blocks)"}
     effective = {d.option: d.effective for d in plan}
     runnable = [s for s in plan.steps if s.kind in names and not s.args.get("loader")]  # NVFP4: LTX-2's loader's
     specs = [CheckSpec(names[s.kind](s.args), s.kind, device,
                        {"profile": profile, "steps": [_step_data(x) for x in plan.steps if x is s or
                                                       (s.kind == "diffvae_layout" and x.kind == "na_backend")],
-                        "bound": asdict(step_bound(s.options, effective))})
+                        "bound": asdict(KIND_BOUNDS.get(s.kind) or step_bound(s.options, effective))})
              for s in runnable]
     if plan.profile.parallel.gpus > 1 and plan["parallel.gpus"].status is not Status.ERROR:
         devices = list(plan.profile.parallel.ordinals)
@@ -252,6 +257,14 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
         raise RuntimeError("no linear was replaced")
     if kind in ("compile", "offload") and not find_blocks(model)[1]:
         raise RuntimeError("the probe model has no blocks")
+    if kind == "capture":
+        _captured(report.loop_graphs, probe_model.label)
+    if kind == "fast_norm" and device.startswith("cuda"):
+        from backends.runtime import fast_norm
+
+        ran, own = fast_norm.counts(model)
+        if not ran:
+            raise CheckFailed(f"kernels.adaln never ran on {probe_model.label} ({own} calls took the blocks' own ops)")
     limit = bound["fp32"] if probe_model.dtype == torch.float32 else bound["half"]
     where = ", ".join(f"{n} {k}" for k, n in changed.items())
     health = report.compile_health()
@@ -264,6 +277,16 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
 
 class CheckFailed(Exception):
     """The step ran but not as planned (e.g. compiled graphs ran eagerly): the check fails."""
+
+
+def _captured(graphs, label: str) -> None:
+    """The loop graphs after a first call (eager, on static buffers) and a second (captured, replayed)."""
+    if graphs is None:
+        raise CheckFailed(f"no LTX-2 block loop was captured on {label}")
+    if graphs.reason:
+        raise CheckFailed(f"the block loop ran without a CUDA graph on {label}: {graphs.reason}")
+    if not graphs.replays:
+        raise CheckFailed(f"the block loop's graph was never replayed on {label}")
 
 
 def _only(plan, steps):

@@ -107,6 +107,38 @@ def test_checks_carry_the_plan_step_they_check():
     assert specs["diffvae_layout"].params["bound"] == {"half": 5e-2, "fp32": 1e-3}
 
 
+def test_fast_norm_and_the_eager_capture_are_smoke_checked_within_their_bounds():
+    specs = {s.kind: s for s in plan_checks(resolve(P(transformer__fast_norm=True, compile__capture=True),
+                                                    preset("h200")))}
+    assert specs["fast_norm"].name == "one-pass norms (fast_norm)"
+    assert specs["fast_norm"].params["bound"] == {"half": 2e-2, "fp32": 1e-3}
+    assert specs["capture"].name == "captured block loop (eager blocks)"
+    assert specs["capture"].params["bound"] == {"half": 3e-2, "fp32": 1e-3}
+    assert "capture" not in {s.kind for s in plan_checks(resolve(P(compile__capture=True), preset("cpu")))}
+
+
+def test_a_capture_that_did_not_capture_fails_its_check():
+    from types import SimpleNamespace
+
+    from backends.smoke import CheckFailed, _captured
+
+    _captured(SimpleNamespace(reason=None, replays=1), "probe")
+    for graphs, says in ((None, "no LTX-2 block loop"), (SimpleNamespace(reason="capture failed: x", replays=0),
+                                                         "without a CUDA graph on probe: capture failed: x"),
+                         (SimpleNamespace(reason=None, replays=0), "never replayed")):
+        with pytest.raises(CheckFailed, match=says):
+            _captured(graphs, "probe")
+
+
+@pytest.mark.slow  # a worker process with LTX-2's modules (~12 s on 2 cores)
+@pytest.mark.ltx2
+@pytest.mark.usefixtures("ltx2_core")
+def test_the_fast_norm_check_runs_ltx2s_blocks_on_this_cpu():
+    spec = next(s for s in plan_checks(resolve(P(transformer__fast_norm=True), preset("cpu"))) if s.kind == "fast_norm")
+    result = run_check(spec)
+    assert result.status == "pass" and "LTX-2 LTXModel" in result.message, result
+
+
 def test_errors_are_not_smoke_checked():
     p = P(transformer__quantization="fp8-scaled-mm")
     assert not any(s.name.startswith("linear") for s in plan_checks(resolve(p, preset("a100"))))

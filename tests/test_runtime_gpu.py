@@ -154,6 +154,9 @@ def test_offload_disk(tmp_path, cap):
                                     "offload cpu round trip"]),
     ('[transformer]\nquantization = "fp8-cast"\n[compile]\nenabled = true\nmode = "reduce-overhead"\n',
      ["diffvae chunked_eager", "na3d triton", "attention", "linear fp8-cast", "compiled blocks (reduce-overhead)"]),
+    ('[transformer]\nquantization = "fp8-scaled-mm"\nfast_norm = true\n[compile]\ncapture = true\n',
+     ["diffvae chunked_eager", "na3d triton", "attention", "one-pass norms (fast_norm)", "linear fp8-scaled-mm",
+      "captured block loop (eager blocks)"]),
 ])
 def test_check_smoke_on_gpu(tmp_path, capsys, toml, expected):
     from ltx_tui.cli import main
