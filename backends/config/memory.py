@@ -134,6 +134,7 @@ class StagePeak:
     stage: str
     peak_bytes: int
     detail: str
+    running_bytes: int | None = None  # the peak once the stage's model is built, where building it peaks higher
 
 
 @dataclass(frozen=True)
@@ -265,9 +266,14 @@ def _dit(e: Effective, shapes: RunShapes) -> StagePeak:
         act *= 2
     where = f"{resident} of {S.DIT_LAYERS} blocks resident ({e.offload} offload)" if offload \
         else f"{S.DIT_LAYERS} blocks resident"
-    return StagePeak("DiT denoising", weights + act,
-                     f"weights {weights / GIB:.1f} GiB ({e.quantization}; {where}) + activations {act / GIB:.1f} GiB "
-                     f"({tokens} tokens x {shapes.dit_width}{', x2 for the CUDA-graph pool' if e.cuda_graphs else ''})")
+    running = f"weights {weights / GIB:.1f} GiB ({e.quantization}; {where}) + activations {act / GIB:.1f} GiB " \
+        f"({tokens} tokens x {shapes.dit_width}{', x2 for the CUDA-graph pool' if e.cuda_graphs else ''})"
+    build = dit_build_bytes(e)
+    if build is not None and build > weights + act:
+        return StagePeak("DiT denoising", build,
+                         f"while built: LTX-2's builder puts the bf16 weights on the GPU ({build / GIB:.1f} GiB) before "
+                         f"ltx-tui's runtime quantizes them; then {running}", weights + act)
+    return StagePeak("DiT denoising", weights + act, running)
 
 
 def _decode(e: Effective, shapes: RunShapes, tiles: int = 1) -> StagePeak:

@@ -885,7 +885,7 @@ class _Resolver:
             self.ok("compile.enabled", auto + value("compile.enabled", "false").text, False)
             for k in keys[:-1]:
                 self.unused(k, "compile.enabled is false" if not auto else "compile.enabled = auto runs eager")
-            self._graphs((("compile.capture", c.capture, c.capture),), compiled=False)
+            self._eager_capture()
             return
         f = self.f
         does = auto + value("compile.enabled", "true").text
@@ -894,7 +894,7 @@ class _Resolver:
         else:
             self.warn("compile.enabled", "parallel.compile-barrier", True, reason=does)
         self._graphs((("compile.mode", c.mode, c.mode in CUDA_GRAPH_MODES),
-                      ("compile.capture", c.capture, c.capture)), compiled=True)
+                      ("compile.capture", c.capture, c.capture)))
         backend = value("compile.backend", c.backend)
         if backend.needs:
             self.require("compile.backend", backend.needs, backend.text)
@@ -906,9 +906,29 @@ class _Resolver:
         else:
             self.ok("compile.dynamic", value("compile.dynamic", c.dynamic).text)
 
-    def _graphs(self, options: tuple, compiled: bool) -> None:
-        """compile.mode / compile.capture: (key, asked, whether it means CUDA graphs) each. Without
-        compile, capture takes LTX-2's eager block loop."""
+    def _eager_capture(self) -> None:
+        """compile.capture without compile: ltx-tui's runtime captures LTX-2's loop of eager blocks on
+        one CUDA GPU with resident weights (no LTX-2 flag says it); elsewhere the loop runs as it is."""
+        f = self.f
+        if not self.p.compile.capture:
+            self.ok("compile.capture", "no CUDA graph capture")
+            return
+        why = (f"no CUDA device ({f.no_cuda_reason})" if not f.cuda else
+               "the eager capture runs on one GPU (under sequence parallelism LTX-2's all2all runs inside the "
+               "loop); capture the compiled loop with compile.enabled = true" if f.multi else
+               RULES["compile.cuda-graphs-streamed"].message(f) if f.profile.offload.mode is not OffloadMode.NONE
+               else None)
+        if why is None:
+            self.ok("compile.capture", "captured: LTX-2's block loop (eager blocks) as one CUDA graph per input "
+                    "shape, from its second call (ltx-tui's runtime; no LTX-2 flag)", rules=["compile.cuda-graphs-cuda"])
+        else:
+            self.put("compile.capture", False, Status.FALLBACK,
+                     [Step(True, "LTX-2's block loop of eager blocks as CUDA graphs"),
+                      Step(False, f"the loop runs as it is: {why}")], [], why,
+                     "set compile.capture = false to say so")
+
+    def _graphs(self, options: tuple) -> None:
+        """compile.mode / compile.capture of compiled blocks: (key, asked, whether it means CUDA graphs) each."""
         c, f = self.p.compile, self.f
         streamed = not RULES["compile.cuda-graphs-streamed"].holds(f)
         for key, asked, graphs in options:
@@ -924,8 +944,7 @@ class _Resolver:
                          [rule.id], rule.message(f), rule.fix(f))
             else:
                 what = f"{_plain(asked)} (CUDA graphs)" if key == "compile.mode" else \
-                    f"captured: LTX-2's block loop{'' if compiled else ' (eager blocks)'} as one CUDA graph per " \
-                    "input shape, from its second call"
+                    "captured: LTX-2's block loop as one CUDA graph per input shape, from its second call"
                 if not RULES["compile.cuda-graphs-single-gpu"].holds(f):
                     self.warn(key, "compile.cuda-graphs-single-gpu", reason=what)
                 else:

@@ -385,7 +385,7 @@ def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callab
     (plus the DiT's weights while the launcher keeps it on the device for a later stage); for a
     rank of a multi-GPU run, that rank's plan."""
     from backends.config.ltx2_shapes import RunShapes
-    from backends.config.memory import GIB, Effective, dit_build_bytes, dit_weight_bytes, plan_memory
+    from backends.config.memory import GIB, Effective, dit_weight_bytes, plan_memory
 
     full = full_size_params()
 
@@ -417,9 +417,10 @@ def _predictions(prep: Prepared, built: list, rank: int | None = None) -> Callab
         name = f"{name} (rank {rank})" if ranked else name
         if with_kept_dit:
             return round((stage.peak_bytes + dit_weight_bytes(Effective.of(prep.plan))) / GIB, 3), f"{name} + the kept DiT's weights"
-        build = dit_build_bytes(Effective.of(prep.plan)) if dit_built and kind == "denoise" else None
-        if build is not None and build > stage.peak_bytes:
-            return round(build / GIB, 3), f"{name}: the DiT built in bf16, before ltx-tui's runtime quantized it"
+        if stage.running_bytes is not None and kind == "denoise":
+            if not dit_built:  # the DiT an earlier stage built, kept: no build here
+                return round(stage.running_bytes / GIB, 3), f"{name}, once built (the DiT kept from an earlier stage)"
+            return round(stage.peak_bytes / GIB, 3), f"{name}, while built in bf16 before ltx-tui quantizes it"
         return round(stage.peak_bytes / GIB, 3), name
     return predict
 
