@@ -115,6 +115,16 @@ def test_offload_is_ltx2s_and_takes_quantization_and_compile_with_it():
     assert len(p.ltx2_does) == 4
 
 
+def test_ltx2s_streaming_builder_gets_compile_without_cuda_graphs():
+    """Over streamed weights the plan falls back to compile without CUDA graphs; the flag must too."""
+    prof = profile(**{"offload.mode": "cpu", "transformer.quantization": "fp8-cast", "compile.enabled": True,
+                      "compile.mode": "reduce-overhead", "compile.capture": True})
+    p = flags.policy(ARGS, prof)
+    i = p.ltx_argv.index("--compile")
+    assert "capture=true" not in p.ltx_argv and "mode=reduce-overhead" not in p.ltx_argv[i:]
+    assert any(d.startswith("compile: LTX-2's compile op") for d in p.ltx2_does)
+
+
 @pytest.mark.parametrize("method", ["nvfp4-cast", "nvfp4-prequant"])
 def test_nvfp4_goes_to_ltx2s_loader(method):
     """Only LTX-2's loader quantizes to NVFP4: the flag goes to LTX-2, the DiT gets no quantize step."""
@@ -372,3 +382,19 @@ def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(
     with pytest.raises(launcher.LaunchError, match="arguments: .*bogus"):  # judged again against auto's true
         launcher.prepare(None, "ltx_pipelines.ti2vid_one_stage",
                          ["--num-inference-steps", "40", "--compile", "bogus=1"], capability=cap, dry_run=True)
+
+
+def test_a_models_record_says_whether_its_block_loop_was_captured():
+    """A loop that ran without its CUDA graph must show in the ledger, not only in a warning."""
+    from types import SimpleNamespace
+
+    from backends.launch.hooks import Built
+
+    def built(graphs, health=None):
+        report = SimpleNamespace(compile_health=lambda: health, loop_graphs=graphs)
+        return Built("LTXModel", "denoising 1", 1.0, report=report)
+
+    assert built(None).compile is None
+    assert built(SimpleNamespace(reason=None, replays=6)).compile == "block loop captured, 6 replay(s)"
+    assert built(SimpleNamespace(reason="capture failed: x", replays=0), "1 graph(s) compiled").compile == \
+        "1 graph(s) compiled; block loop not captured: capture failed: x"

@@ -130,6 +130,19 @@ def test_a_capture_that_did_not_capture_fails_its_check():
             _captured(graphs, "probe")
 
 
+def test_fast_norm_is_not_run_without_ltx2s_modules(monkeypatch):
+    """ltx-tui's stand-in modules have no norm slots nor block loop: not run, saying why (not a failure)."""
+    from dataclasses import asdict
+
+    from backends import smoke
+    from backends.runtime import ltx2
+
+    monkeypatch.setattr(ltx2, "import_ltx_core", lambda: (None, "not installed (test)"))
+    spec = next(s for s in plan_checks(resolve(P(transformer__fast_norm=True), preset("cpu"))) if s.kind == "fast_norm")
+    row = smoke._worker(asdict(spec))
+    assert row["status"] == "not run" and "ltx-core is not importable" in row["message"], row
+
+
 @pytest.mark.slow  # a worker process with LTX-2's modules (~12 s on 2 cores)
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")

@@ -12,7 +12,10 @@ it: what LTX-2 must do itself is added back from the profile (`ltx_argv`), once:
   model; ltx-tui's runtime cannot replace the linears or blocks of a streamed model), so those go
   to LTX-2 as `--quantization fp8-cast` / `--compile ...` too;
 - NVFP4 (`nvfp4-cast`, `nvfp4-prequant`) only LTX-2's loader applies: `--quantization` goes to it;
-- otherwise ltx-tui's runtime applies quantization and compile to the loaded DiT, and its
+  (without CUDA graphs: the plan falls back to plain compile over streamed weights, and so does
+  the flag);
+- otherwise ltx-tui's runtime applies quantization, compile, the block-loop capture and fast_norm
+  to the loaded DiT (dense attention and fast_norm under offload too), and its
   DiffVAE layout to the decoder (LTX-2's `diffvae_mode_*` op is taken off the decoder's builder;
   `--diffvae-optimization MODE` is still passed so LTX-2 sizes its decode tiles for that layout);
 - `--max-batch-size N` is passed on when the profile's `memory.max_batch_size` is not 1 (LTX-2
@@ -34,9 +37,9 @@ Pure: no torch, no LTX-2 imports.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from backends.config.options import Compile, CompileEnabled, OffloadMode, Profile, Quantization
+from backends.config.options import Compile, CompileEnabled, CompileMode, OffloadMode, Profile, Quantization
 from backends.config.rules import OFFLOAD_QUANTIZATIONS
 from backends.config.run_length import UNIT
 from backends.config.values import LOADER, value
@@ -256,7 +259,9 @@ def policy(args: list[str] | tuple[str, ...], profile: Profile, *, multi_gpu: bo
             ltx_argv += ["--quantization", str(q)]
             ltx2_does.append(f"transformer.quantization = {q}: LTX-2's policy on the streamed model (--quantization {q})")
         if profile.compile.enabled is CompileEnabled.TRUE:
-            flag = profile.compile.ltx2_flag()
+            c = profile.compile  # streamed weights: no CUDA graphs (the plan's fallback)
+            flag = replace(c, capture=False, mode=CompileMode(value("compile.mode", c.mode).without_graphs or c.mode)
+                           ).ltx2_flag()
             ltx_argv += flag
             ltx2_does.append(f"compile: LTX-2's compile op on the streamed model ({' '.join(flag)})")
         if profile.offload.gpu_slots != 2 or profile.offload.prefetch != 2:

@@ -86,9 +86,16 @@ class Built:
 
     @property
     def compile(self) -> str | None:
-        """What torch.compile did not compile since the apply (None: the plan compiled nothing here)."""
-        health = self.report.compile_health() if self.report is not None else None
-        return None if health is None else str(health)
+        """What torch.compile did not compile since the apply, and whether the block loop's graphs were
+        replayed or why the loop ran without them (None: the plan compiled and captured nothing here)."""
+        if self.report is None:
+            return None
+        health, graphs = self.report.compile_health(), self.report.loop_graphs
+        parts = [] if health is None else [str(health)]
+        if graphs is not None:
+            parts.append(f"block loop not captured: {graphs.reason}" if graphs.reason else
+                         f"block loop captured, {graphs.replays} replay(s)")
+        return "; ".join(parts) or None
 
 
 def describe(built: Built, prefix: str = "ltx-tui") -> str:
