@@ -776,7 +776,9 @@ async def test_memory_bars_follow_the_options():
         bars = app.query_one("#memory-bars", Static)
         text = str(bars.render())
         assert "DiT denoising" in text and "does not fit: DiT denoising needs" in text
-        assert "fix: transformer.quantization = fp8-cast" in text
-        await choose(pilot, "transformer.quantization", "fp8-cast")
+        # ltx-tui quantizes the DiT after LTX-2's builder placed it in bf16: fp8-cast lowers the
+        # running peak, not the build's; streaming the blocks fits
+        assert "fix: offload.mode = cpu" in text
+        await choose(pilot, "offload.mode", "cpu")
         text = str(bars.render())
         assert "fits with" in text and "fix:" not in text
