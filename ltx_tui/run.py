@@ -225,7 +225,8 @@ def show(r) -> str:
     for m in r.models:
         lines.append(f"  model {m.model:<24} built in {m.stage:<16} load {m.load_s:7.2f} s  apply {m.apply_s:6.2f} s  "
                      + ("kept from an earlier stage" if m.kept else "plan applied" if m.applied else "as LTX-2 built it")
-                     + (f"; compile (from its apply to the run's end, every model): {m.compile}" if m.compile else ""))
+                     + (f"; compile and capture (from its apply to the run's end, every model): {m.compile}"
+                        if m.compile else ""))
     mgpu = r.plan.get("mgpu")
     if isinstance(mgpu, dict):
         lines += [f"  note: {n}" for n in mgpu.get("notes", ()) if isinstance(n, str)]

@@ -45,7 +45,8 @@ class ModelRecord:
     params: int | None = None  # parameters of the model as built
     kept: bool = False  # an earlier stage's model, kept on the device (nothing loaded)
     compile: str | None = None  # compiled by the plan: graph breaks and eager graphs from its apply to the
-    # run's end (Dynamo's counts are process-wide: a later model's count here too)
+    # run's end (Dynamo's counts are process-wide: a later model's count here too); captured: whether
+    # the block loop's graphs were replayed, or why the loop ran without them
 
 
 @dataclass(frozen=True)
