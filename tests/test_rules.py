@@ -268,6 +268,8 @@ def test_capture_without_compile_captures_the_eager_loop():
         d = plan["compile.capture"]
         assert (d.status, d.effective) == (Status.FALLBACK, False) and says in d.message, (machine, d)
         assert plan.step("capture") is None and not plan.blocking
+        assert d.remedy.endswith("or set compile.capture = false") and "to say so" not in d.remedy
+    assert "compile.enabled = true" in d.remedy  # several GPUs: capture the compiled loop instead
 
 
 def test_cuda_graphs_over_streamed_weights_fall_back_to_plain_compile():

@@ -444,7 +444,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "input shape (one graph per block on other compiled models); with compile.enabled = false the "
                "loop of eager blocks.",
                rules=("compile.cuda-graphs-cuda", "compile.cuda-graphs-single-gpu", "compile.cuda-graphs-streamed"),
-               runtime=_COMPILE, flag="--compile capture=VALUE"),
+               runtime="CUDA graphs of LTX-2's block loop, its blocks compiled or (compile off) eager",
+               flag="--compile capture=VALUE (compiled blocks; LTX-2 has no flag for the eager capture)"),
     _choice("offload.mode", OffloadMode, "Keep weights in CPU memory or on disk and stream them in.",
             rules=("cuda.device", "offload.loader-quantization", "offload.quantization", "parallel.ignores-quant-offload"),
             runtime=_OFFLOAD,

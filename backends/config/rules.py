@@ -543,8 +543,7 @@ _RULES: tuple[Rule, ...] = (
          f"({'present' if f.has('turbo_diffusion_ops') else f.why_not('turbo_diffusion_ops')}) and head_dim 64/128",
          "install SpargeAttn and TurboDiffusion, or use sparse_attention = \"sla\" / \"none\""),
     Rule("compile.cuda-graphs-cuda", lambda f: f.cuda,
-         lambda f: f"CUDA graphs (compile mode {f.profile.compile.mode}, capture={str(f.profile.compile.capture).lower()}) "
-         f"need a CUDA device: {f.no_cuda_reason}",
+         lambda f: f"CUDA graphs (a compile mode with them, or capture) need a CUDA device: {f.no_cuda_reason}",
          "use compile.mode = \"default\" and capture = false"),
     Rule("compile.cuda-graphs-single-gpu",
          lambda f: f.profile.parallel.gpus > 1 or f.profile.offload.mode is not OffloadMode.NONE,
@@ -557,7 +556,8 @@ _RULES: tuple[Rule, ...] = (
          or not (f.profile.compile.mode in CUDA_GRAPH_MODES or f.profile.compile.capture),
          lambda f: f"ltx-tui's runtime streams offloaded weights ({f.profile.offload.mode}) through shared GPU slots, "
          "which CUDA graphs cannot follow: it runs those blocks without CUDA graphs",
-         "set offload.mode = \"none\" to keep CUDA graphs, or compile.mode = \"default\" to say so"),
+         "set offload.mode = \"none\" to keep CUDA graphs, or a compile.mode without CUDA graphs and "
+         "compile.capture = false to say so"),
     Rule("compile.inductor-triton", lambda f: not f.cuda or f.has("triton"),
          lambda f: f"the inductor backend generates Triton kernels on CUDA, but triton is not importable "
          f"({f.why_not('triton')})",
@@ -913,11 +913,11 @@ class _Resolver:
         if not self.p.compile.capture:
             self.ok("compile.capture", "no CUDA graph capture")
             return
-        why = (f"no CUDA device ({f.no_cuda_reason})" if not f.cuda else
-               "the eager capture runs on one GPU (under sequence parallelism LTX-2's all2all runs inside the "
-               "loop); capture the compiled loop with compile.enabled = true" if f.multi else
-               RULES["compile.cuda-graphs-streamed"].message(f) if f.profile.offload.mode is not OffloadMode.NONE
-               else None)
+        why, fix = ((f"no CUDA device ({f.no_cuda_reason})", "run on a CUDA GPU") if not f.cuda else
+                    ("the eager capture runs on one GPU (under sequence parallelism LTX-2's all2all runs inside the "
+                     "loop)", "set compile.enabled = true to capture the compiled loop") if f.multi else
+                    (RULES["compile.cuda-graphs-streamed"].message(f), "set offload.mode = \"none\" to keep the capture")
+                    if f.profile.offload.mode is not OffloadMode.NONE else (None, None))
         if why is None:
             self.ok("compile.capture", "captured: LTX-2's block loop (eager blocks) as one CUDA graph per input "
                     "shape, from its second call (ltx-tui's runtime; no LTX-2 flag)", rules=["compile.cuda-graphs-cuda"])
@@ -925,7 +925,7 @@ class _Resolver:
             self.put("compile.capture", False, Status.FALLBACK,
                      [Step(True, "LTX-2's block loop of eager blocks as CUDA graphs"),
                       Step(False, f"the loop runs as it is: {why}")], [], why,
-                     "set compile.capture = false to say so")
+                     f"{fix}, or set compile.capture = false")
 
     def _graphs(self, options: tuple) -> None:
         """compile.mode / compile.capture of compiled blocks: (key, asked, whether it means CUDA graphs) each."""
