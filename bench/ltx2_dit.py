@@ -137,25 +137,15 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                         "compile.capture": True}),
-    "eager-capture": ("ltx-tui capture (eager blocks)", {"compile.enabled": False, "compile.capture": True}),
-    "fast-norm+eager-capture": ("ltx-tui fast_norm + capture (eager blocks)",
-                                {"transformer.fast_norm": True, "compile.enabled": False,
-                                 "compile.capture": True}),
-    "fp8-scaled-mm+eager-capture": ("ltx-tui fp8-scaled-mm + capture (eager blocks)",
-                                    {"transformer.quantization": "fp8-scaled-mm", "compile.enabled": False,
-                                     "compile.capture": True}),
-    "fp8-attn+fp8-scaled-mm+eager-capture": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + capture (eager blocks)",
-                                             {"transformer.attention": "sdpa_cudnn_fp8",
-                                              "transformer.quantization": "fp8-scaled-mm", "compile.enabled": False,
-                                              "compile.capture": True}),
-    "fp8-attn+fp8-scaled-mm+fast-norm+eager-capture": (
-        "ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm + capture (eager blocks)",
-        {"transformer.attention": "sdpa_cudnn_fp8", "transformer.quantization": "fp8-scaled-mm",
-         "transformer.fast_norm": True, "compile.enabled": False, "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
 }
+# compile.capture with compile off, on top of these eager variants: `eager-capture`, `BASE+eager-capture`
+for _base in ("default", "fast-norm", "fp8-scaled-mm", "fp8-attn+fp8-scaled-mm", "fp8-attn+fp8-scaled-mm+fast-norm"):
+    _name, _values = VARIANTS[_base]
+    VARIANTS["eager-capture" if _base == "default" else f"{_base}+eager-capture"] = (
+        f"{_name} + capture (eager blocks)", {**_values, "compile.enabled": False, "compile.capture": True})
 DEFAULT_VARIANTS = "ltx2,default,compile,fp8-scaled-mm,fp8-scaled-mm+compile,ltx2-fp8-cast"
 PROFILE_PREFIX = "profile:"
 # `VARIANT:name` (repeatable): an ablation set in the child before the profile is applied,
