@@ -57,7 +57,7 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
     pinned = plan.pinned()  # what auto decided here, as LTX-2's flags say it
     if plan["compile.enabled"].effective:
         flag("compile.mode", " ".join(pinned.compile.ltx2_flag()))
-    elif plan["compile.capture"].effective:
+    elif plan.step("capture") is not None:
         notes.append("compile.capture = true with compile off: no ltx-pipelines flag (ltx-tui's runtime captures "
                      "LTX-2's block loop of eager blocks; LTX-2's --compile capture=true compiles them too)")
     flag("diffvae.mode", value("diffvae.mode", pinned.diffvae.mode).flag)

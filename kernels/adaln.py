@@ -86,10 +86,10 @@ def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[t
             view = t.expand_as(x)
         except RuntimeError:
             raise Refused(f"{name}: {what} of shape {tuple(t.shape)} does not broadcast to x's "
-                             f"{tuple(x.shape)}") from None
+                          f"{tuple(x.shape)}") from None
         if view.stride(-1) != 1 or t.device != x.device or t.dtype != x.dtype:
             raise Refused(f"{name}: {what} must be on x's device, in x's dtype ({x.dtype}), with a contiguous "
-                             f"last dimension (got {t.dtype} on {t.device}, strides {tuple(t.stride())})")
+                          f"last dimension (got {t.dtype} on {t.device}, strides {tuple(t.stride())})")
         strides.append((view.stride(0), view.stride(1)))
     return strides
 
@@ -145,7 +145,7 @@ def post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: 
     (g,) = _rows(x, "post_sa", ("gate", gate))
     if y.shape != x.shape or not y.is_contiguous() or y.device != x.device or y.dtype != x.dtype:
         raise Refused(f"post_sa: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
-                         f"got {tuple(y.shape)} {y.dtype}")
+                      f"got {tuple(y.shape)} {y.dtype}")
     if weight is not None and (weight.shape != x.shape[-1:] or weight.device != x.device):
         raise Refused(f"post_sa: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
     if not (x.is_cuda or interpreting()):

@@ -13,7 +13,8 @@ pinned buffers, reads overlapping the copies; the same state dict). A DiT built 
 same checkpoint, LoRAs, ops, device and dtype (distilled's stage 2) gets the model the first
 build made, kept on the device in between (`keep_dit`: LTX-2 would dispose it after stage 1 and
 read all its weights again; `X0Model.dispose` skips the kept one), when its weights take at most
-`KEEP_FRACTION` of the GPU's memory; it is let go when a decoder starts. The pipeline blocks (`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
+`KEEP_FRACTION` of the GPU's memory; it is let go when a decoder starts. The pipeline blocks
+(`ltx_pipelines.utils.blocks`) are wrapped for the stage meter.
 Everything is restored on exit; LTX-2's files are never edited.
 
 Under LTX-2's sequence parallelism (the `*_mgpu` modules, `backends.launch.mgpu`) the DiT's

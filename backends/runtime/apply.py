@@ -268,6 +268,9 @@ def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
     return apply
 
 
+ONE_ROW = "; timesteps equal across a modality's tokens passed as one AdaLN row"  # what timestep_rows.install did
+
+
 def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
     from backends.runtime import fast_norm
 
@@ -282,7 +285,7 @@ def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
                  f"on {device} the blocks' own ops run: kernels.adaln runs on CUDA")
         report.add("transformer.fast_norm", "installed", f"kernels.adaln's one-pass ada_zero and post_sa in the "
                    f"blocks' norm slots ({where})" +
-                   ("; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else ""), names)
+                   (ONE_ROW if rows else ""), names)
     return apply
 
 
@@ -415,7 +418,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
             f"{k}={v}" for k, v in kwargs.items()) + (
             "; the block loop captured as one CUDA graph per input shape, from its second call" if loop else
             "; CUDA-graph step marked at each forward" if graphs else "") + (
-            "; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else "")
+            ONE_ROW if rows else "")
         report.add("compile.enabled", "compiled", detail, names)
         for key in step.options[1:]:
             report.add(key, "set", toml_value(plan[key].effective))
@@ -438,7 +441,7 @@ def _prepare_capture(step: Step, model, plan, device, include) -> Apply:
         rows = timestep_rows.install(model)
         report.add("compile.capture", "captured", "LTX-2's block loop, its blocks eager, as one CUDA graph per input "
                    "shape, from its second call" +
-                   ("; timesteps equal across a modality's tokens passed as one AdaLN row" if rows else ""),
+                   (ONE_ROW if rows else ""),
                    [type(graphs.owner).__name__])
     return apply
 
