@@ -53,7 +53,10 @@ def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shif
 
 
 @triton.jit
-def _post_sa(X, Y, GATE, W, RES, NORMED, T, D, eps, sb_gate, st_gate, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+def _post_sa(X, Y, GATE, W, RES, NORMED, S, T, D, eps, sb_gate, st_gate, HAS_W: tl.constexpr, FP8: tl.constexpr,
+             QMAX: tl.constexpr, BLOCK: tl.constexpr):
+    """RES = x + y * gate and NORMED = its rms norm; with FP8, NORMED's rows (as rounded to RES's dtype)
+    quantized into NORMED (float8) with their scales in S."""
     row = tl.program_id(0).to(tl.int64)
     b, t = row // T, row % T
     d = tl.arange(0, BLOCK)
@@ -67,6 +70,11 @@ def _post_sa(X, Y, GATE, W, RES, NORMED, T, D, eps, sb_gate, st_gate, HAS_W: tl.
     out = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
     if HAS_W:
         out = out * tl.load(W + d, mask=m, other=0.0).to(tl.float32)
+    if FP8:
+        out = out.to(RES.dtype.element_ty).to(tl.float32)
+        s = tl.maximum(tl.max(tl.abs(out), 0), 1e-12) / QMAX
+        out = out / s
+        tl.store(S + row, s)
     tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
 
 
@@ -111,9 +119,15 @@ def post_sa_torch(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None,
     return [res, out.to(x.dtype)]
 
 
+def check_ada_zero(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                   name: str = "ada_zero") -> list[tuple[int, int]]:
+    """Check ada_zero's arguments; scale's and shift's (batch, token) strides over x's (B, T, D)."""
+    return _rows(x, name, ("scale", scale), ("shift", shift))
+
+
 def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """LTX-2's ada_zero in one pass (CUDA, or the Triton interpreter; else the torch ops)."""
-    (sc, sh) = _rows(x, "ada_zero", ("scale", scale), ("shift", shift))
+    (sc, sh) = check_ada_zero(x, scale, shift)
     if not (x.is_cuda or interpreting()):
         return ada_zero_torch(x, eps, scale, shift)
     out = torch.empty_like(x)
@@ -127,7 +141,7 @@ def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.
                  keep: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`ada_zero` and the fp8 row quantization of its output (`quantize_rows`) in one pass (CUDA or
     the interpreter): (q (B*T, D) float8_e4m3fn, scale (B*T,) fp32, the bf16 output if `keep`)."""
-    (sc, sh) = _rows(x, "ada_zero_fp8", ("scale", scale), ("shift", shift))
+    (sc, sh) = check_ada_zero(x, scale, shift, "ada_zero_fp8")
     if not (x.is_cuda or interpreting()):
         raise ValueError("ada_zero_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
     b, t, d = x.shape
@@ -139,19 +153,45 @@ def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.
     return q, s, out
 
 
+def check_post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, gate: torch.Tensor,
+                  name: str = "post_sa") -> tuple[int, int]:
+    """Check post_sa's arguments; gate's (batch, token) strides over x's (B, T, D)."""
+    (g,) = _rows(x, name, ("gate", gate))
+    if y.shape != x.shape or not y.is_contiguous() or y.device != x.device or y.dtype != x.dtype:
+        raise Refused(f"{name}: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
+                      f"got {tuple(y.shape)} {y.dtype}")
+    if weight is not None and (weight.shape != x.shape[-1:] or weight.device != x.device):
+        raise Refused(f"{name}: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
+    return g
+
+
+def _launch_post_sa(x, y, weight, eps, gate, g, normed, s) -> torch.Tensor:
+    res = torch.empty_like(x)
+    b, t, d = x.shape
+    _post_sa[(b * t,)](x, y, gate, x if weight is None else weight.contiguous(), res, normed, s, t, d, float(eps), *g,
+                       HAS_W=weight is not None, FP8=normed.dtype == torch.float8_e4m3fn, QMAX=FP8_MAX,
+                       BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+    return res
+
+
 def post_sa(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
             gate: torch.Tensor) -> list[torch.Tensor]:
     """LTX-2's post_sa in one pass (CUDA, or the Triton interpreter; else the torch ops)."""
-    (g,) = _rows(x, "post_sa", ("gate", gate))
-    if y.shape != x.shape or not y.is_contiguous() or y.device != x.device or y.dtype != x.dtype:
-        raise Refused(f"post_sa: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
-                      f"got {tuple(y.shape)} {y.dtype}")
-    if weight is not None and (weight.shape != x.shape[-1:] or weight.device != x.device):
-        raise Refused(f"post_sa: weight must be ({x.shape[-1]},) on x's device, got {tuple(weight.shape)}")
+    g = check_post_sa(x, y, weight, gate)
     if not (x.is_cuda or interpreting()):
         return post_sa_torch(x, y, weight, eps, gate)
-    res, normed = torch.empty_like(x), torch.empty_like(x)
+    normed = torch.empty_like(x)
+    return [_launch_post_sa(x, y, weight, eps, gate, g, normed, x), normed]
+
+
+def post_sa_fp8(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`post_sa` with its norm's rows quantized to fp8 in the same pass (CUDA or the interpreter):
+    (the residual (B, T, D) in x's dtype, q (B*T, D) float8_e4m3fn, scale (B*T,) fp32)."""
+    g = check_post_sa(x, y, weight, gate, "post_sa_fp8")
+    if not (x.is_cuda or interpreting()):
+        raise ValueError("post_sa_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
     b, t, d = x.shape
-    _post_sa[(b * t,)](x, y, gate, x if weight is None else weight.contiguous(), res, normed, t, d, float(eps), *g,
-                       HAS_W=weight is not None, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
-    return [res, normed]
+    q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
+    return _launch_post_sa(x, y, weight, eps, gate, g, q, s), q, s

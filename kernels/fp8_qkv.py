@@ -4,7 +4,10 @@
 `_amax3` reduces all three tensors at once (a block's max, then an atomic max into its tensor's
 slot); `_cast3` divides each by its scale and casts, and its first program writes the scalars:
 the descales of q, k, v (their scales), of the softmax probabilities (1 / p_scale) and their scale
-(p_scale), O's scale 1 / (o_headroom * s_v) and O's descale o_headroom * s_v. Before this, each
+(p_scale), O's scale 1 / (o_headroom * s_v) and O's descale o_headroom * s_v. With `rows`, O's
+descale is also written once per row of O (the row scales an fp8 GEMM takes O with, unquantized).
+With `qk_descale`, q's and k's scales are given (a static bound the caller knows: no reduction over
+them), and q and k may come in e4m3 already, cast with them. Before this, each
 call made ~25 small launches (a reduction, scalar arithmetic and a cast per tensor, constants,
 the output scale): at 6144 tokens ~2,900 of a DiT forward's ~6,900 kernels, each a few
 microseconds of GPU time even inside a CUDA graph. The scalars sit `STRIDE` floats apart (16-byte
@@ -49,29 +52,36 @@ def _scale_of(AMAX):
 
 
 @triton.jit
-def _cast_block(X, Y, AMAX, N, b, BLOCK: tl.constexpr):
+def _cast_block(X, Y, s, N, b, BLOCK: tl.constexpr):
     offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + offs, (x / _scale_of(AMAX)).to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + offs, tl.clamp(x / s, -448.0, 448.0).to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, S, NQ, NK, NV, P_SCALE, O_HEADROOM, STRIDE: tl.constexpr,
-           BLOCK: tl.constexpr):
+def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, QK, S, R, NQ, NK, NV, NR, P_SCALE, O_HEADROOM, STATIC: tl.constexpr,
+           STRIDE: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     bq = tl.cdiv(NQ, BLOCK)
     bk = tl.cdiv(NK, BLOCK)
-    if pid < bq:
-        _cast_block(Qp, Q8, AMAX, NQ, pid, BLOCK)
-    elif pid < bq + bk:
-        _cast_block(Kp, K8, AMAX + 1, NK, pid - bq, BLOCK)
+    if STATIC:  # q's and k's scales given, not reduced
+        sq, sk = tl.load(QK), tl.load(QK + 1)
     else:
-        _cast_block(Vp, V8, AMAX + 2, NV, pid - bq - bk, BLOCK)
+        sq, sk = _scale_of(AMAX), _scale_of(AMAX + 1)
+    sv = _scale_of(AMAX + 2)
+    if pid < bq:
+        _cast_block(Qp, Q8, sq, NQ, pid, BLOCK)
+    elif pid < bq + bk:
+        _cast_block(Kp, K8, sk, NK, pid - bq, BLOCK)
+    elif pid < bq + bk + tl.cdiv(NV, BLOCK):
+        _cast_block(Vp, V8, sv, NV, pid - bq - bk, BLOCK)
+    if pid < tl.cdiv(NR, BLOCK):  # O's descale for each of its rows
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(R + offs, tl.zeros([BLOCK], tl.float32) + O_HEADROOM * sv, mask=offs < NR)
     if pid == 0:
-        sv = _scale_of(AMAX + 2)
-        tl.store(S, _scale_of(AMAX))
-        tl.store(S + STRIDE, _scale_of(AMAX + 1))
+        tl.store(S, sq)
+        tl.store(S + STRIDE, sk)
         tl.store(S + 2 * STRIDE, sv)
         tl.store(S + 3 * STRIDE, 1.0 / P_SCALE)
         tl.store(S + 4 * STRIDE, P_SCALE)
@@ -84,21 +94,39 @@ def scalar(scalars: torch.Tensor, slot: int) -> torch.Tensor:
     return scalars[slot * STRIDE:slot * STRIDE + 1].view(1, 1, 1, 1)
 
 
-def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: float,
-                 o_headroom: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q8, k8, v8, scalars): each tensor / its scale as float8_e4m3fn, contiguous, same shape; the
-    scalars' slots (`scalar(scalars, Q)` ...) as the module docstring lists them."""
-    if not all(t.dtype in (torch.bfloat16, torch.float16, torch.float32) for t in (q, k, v)):
-        raise TypeError(f"q, k, v must be float tensors (got {q.dtype}, {k.dtype}, {v.dtype})")
+FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: float, o_headroom: float,
+                 rows: int = 0, qk_descale: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q8, k8, v8, scalars, row_descale): each tensor / its scale as float8_e4m3fn, contiguous, same
+    shape; the scalars' slots (`scalar(scalars, Q)` ...) as the module docstring lists them; O's
+    descale repeated `rows` times (fp32). With `qk_descale` (2 fp32 on the device) q and k have
+    those scales: given in float8_e4m3fn they come back as they are."""
+    static = qk_descale is not None
+    qk8 = static and q.dtype == torch.float8_e4m3fn
+    qk_types = (torch.float8_e4m3fn,) if qk8 else FLOATS
+    if q.dtype not in qk_types or k.dtype not in qk_types or v.dtype not in FLOATS:
+        raise TypeError(f"q, k and v must be float tensors, q and k in float8_e4m3fn only with qk_descale "
+                        f"(got {q.dtype}, {k.dtype}, {v.dtype})")
     if len({t.device for t in (q, k, v)}) != 1:
         raise ValueError(f"q, k, v must be on one device (got {q.device}, {k.device}, {v.device})")
     q, k, v = (t.contiguous() for t in (q, k, v))
-    amax = torch.zeros(3, dtype=torch.float32, device=q.device)
-    scalars = torch.empty(SIZE, dtype=torch.float32, device=q.device)
-    out = [torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device) for t in (q, k, v)]
-    sizes = [t.numel() for t in (q, k, v)]
-    grid = (sum(triton.cdiv(n, BLOCK) for n in sizes),)
-    _amax3[grid](q, k, v, amax, *sizes, BLOCK=BLOCK, num_warps=8)
-    _cast3[grid](q, k, v, *out, amax, scalars, *sizes, float(p_scale), float(o_headroom), STRIDE=STRIDE,
-                 BLOCK=BLOCK, num_warps=8)
-    return (*out, scalars)
+    device = q.device
+    if static and (qk_descale.shape != (2,) or qk_descale.dtype != torch.float32 or qk_descale.device != device):
+        raise ValueError(f"qk_descale must be 2 fp32 on {device} (got {tuple(qk_descale.shape)} "
+                         f"{qk_descale.dtype} on {qk_descale.device})")
+    e4m3 = [t if qk8 else torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=device) for t in (q, k)]
+    out = [*e4m3, torch.empty(v.shape, dtype=torch.float8_e4m3fn, device=device)]
+    cast = [0 if qk8 else q.numel(), 0 if qk8 else k.numel(), v.numel()]
+    reduce = [0, 0, v.numel()] if static else cast
+    amax = torch.zeros(3, dtype=torch.float32, device=device)
+    scalars = torch.empty(SIZE, dtype=torch.float32, device=device)
+    row_descale = torch.empty(rows, dtype=torch.float32, device=device)
+    blocks = [sum(triton.cdiv(n, BLOCK) for n in sizes) for sizes in (reduce, cast)]
+    _amax3[(max(blocks[0], 1),)](q, k, v, amax, *reduce, BLOCK=BLOCK, num_warps=8)
+    _cast3[(max(blocks[1], triton.cdiv(rows, BLOCK), 1),)](
+        q, k, v, *out, amax, qk_descale if static else amax, scalars, row_descale if rows else amax, *cast, rows,
+        float(p_scale), float(o_headroom), STATIC=static, STRIDE=STRIDE, BLOCK=BLOCK, num_warps=8)
+    return (*out, scalars, row_descale)

@@ -106,3 +106,22 @@ def test_ada_zero_fp8_is_ada_zero_then_its_row_quantization(keep):
     assert (out is None) != keep
     if keep:
         torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_post_sa_fp8_is_post_sa_then_its_norms_row_quantization(weighted):
+    """One pass: the residual, and the fp8 rows `quantize_rows`'s kernel makes of the (rounded) norm."""
+    from kernels.int8_gemm import quantize_rows_triton
+
+    x, _, _, gate = inputs(torch.float16, t=6, d=40, per_token=weighted)
+    y = torch.randn_like(x.float()).to(torch.float16)
+    weight = (torch.rand(40) + 0.5).half() if weighted else None
+    res, q, s = adaln.post_sa_fp8(x, y, weight, 1e-6, gate)
+    want_res, normed = adaln.post_sa(x, y, weight, 1e-6, gate)
+    want_q, want_s = quantize_rows_triton(normed.reshape(-1, 40), torch.float8_e4m3fn)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (12, 40) and s.shape == (12,)
+    torch.testing.assert_close(res, want_res, rtol=0, atol=0)
+    torch.testing.assert_close(s, want_s, rtol=1e-6, atol=0)
+    assert torch.equal(q.float(), want_q.float())
+    with pytest.raises(ValueError, match="post_sa_fp8: y must be"):
+        adaln.post_sa_fp8(x, x[:, :-1], None, 1e-6, gate)

@@ -1,6 +1,8 @@
 """cuDNN's fp8 attention (`sdpa_cudnn_fp8`) on an H100/H200 (run with -m gpu): against fp32 attention
 written from its definition, through DenseFunction (which calls stay in bf16) and torch.compile."""
 
+import copy
+
 import pytest
 import torch
 
@@ -81,3 +83,109 @@ def test_fp8_attention_compiles_as_one_op():
     with torch.inference_mode():
         torch.testing.assert_close(compiled(q, k, v), fn(q * 1.5, k, v, 2) + 1)
 
+
+
+def test_static_q_k_scales_and_o_rows_match_fp32():
+    """q and k handed over in e4m3 with given scales (or in bf16 with them), O left in e4m3 with its
+    descale a row: dequantized, the same attention as the amax-scaled one."""
+    from kernels import fp8_qkv
+    from kernels.scale_cast import scale_cast
+
+    g = torch.Generator("cuda").manual_seed(4)
+    q, k, v = (torch.randn(1, n, 4, 128, device="cuda", generator=g).to(torch.bfloat16) for n in (2048, 3000, 3000))
+    scales = torch.tensor([8 / 448, 6 / 448], device="cuda")  # above every |q|, |k| of these (~5 at most)
+    want = reference(q, k, v)
+    for qq, kk in ((q, k), (fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0, qk_descale=scales)[:2])):
+        o8, rows = fp8.sdpa_fp8_rows(qq, kk, v, qk_descale=scales)
+        assert o8.dtype == torch.float8_e4m3fn and o8.shape == q.shape and rows.shape == (2048,)
+        assert torch.all(rows == rows[0])
+        got = scale_cast(o8.view(2048, -1), rows, torch.bfloat16, False).view(q.shape)
+        assert rel_l2(got, want) < BOUND
+    assert rel_l2(fp8.sdpa_fp8(q, k, v), want) < BOUND
+
+
+def _ltx2_attention(heads=4, dim=64):
+    from ltx_core.model.transformer.attention import Attention
+
+    torch.manual_seed(0)
+    attn = Attention(query_dim=heads * dim, heads=heads, dim_head=dim).to("cuda", torch.bfloat16).eval()
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.2, 2.0)
+        attn.k_norm.weight.uniform_(0.2, 2.0)
+    return attn
+
+
+def _pe(tokens, heads, dim):
+    """A rotation a head's pairs by angles, as LTX-2's SPLIT RoPE tables (B, heads, T, dim / 2)."""
+    ang = torch.rand(1, heads, tokens, dim // 2, device="cuda") * 6.28
+    return ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+
+
+@pytest.mark.usefixtures("ltx2_core")
+@pytest.mark.parametrize("fast_pre", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_ltx2_attention_with_fp8_to_out_and_static_q_k(compiled, fast_pre):
+    """LTX-2's real Attention with fp8-scaled-mm linears and sdpa_cudnn_fp8 bound to it: q and k take
+    QKBound's static scales (with fast_norm's pre-attention, which then writes them in e4m3 itself);
+    compiled with runtime.shared_rows, to_out takes cuDNN's e4m3 O as it is (no dequantization, no row
+    quantization left)."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    from backends.runtime import fast_norm, quant, shared_rows
+
+    attn = _ltx2_attention()
+    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
+    pe = _pe(2048, 4, 64)
+    with torch.inference_mode():
+        want = attn(x, pe=pe)
+    ours = copy.deepcopy(attn)
+    quant.quantize_linears(ours, "fp8-scaled-mm")
+    ours.attention_function = DenseFunction("sdpa_cudnn_fp8").for_module(ours)
+    assert ours.attention_function._qk is not None
+    if fast_pre:
+        ours.preattention_function = fast_norm.FastPreAttention(ours.preattention_function)
+        with torch.inference_mode():
+            q8, _ = ours.preattention_function(ours.to_q(x), ours.to_k(x), ours, None, pe, None)
+        assert q8.dtype == torch.float8_e4m3fn
+    torch._dynamo.reset()
+    with config.patch(post_grad_custom_post_pass=None, fx_graph_cache=False), torch.inference_mode():
+        if compiled:
+            assert shared_rows.install()
+            got, code = run_and_get_code(torch.compile(ours), x, pe=pe)
+            text = "\n".join(code)
+            assert "ltx_tui.sdpa_fp8_rows.default(" in text
+            assert "fp8_dequant_rows" not in text and text.count("ltx_tui.fp8_rows.default(") == 1  # x, once
+            assert ("ltx_tui.dit_qk.default(" in text) == fast_pre
+        else:
+            got = ours(x, pe=pe)
+    assert rel_l2(got, want) < BOUND
+
+
+
+@pytest.mark.usefixtures("ltx2_core")
+def test_ltx2_text_cross_attention_takes_fp8_with_static_q_k():
+    """The video-text cross-attention (1024 context tokens, no RoPE) takes fp8 once q's and k's scales
+    are static (only v is reduced), with fast_norm's pre-attention writing q and k in e4m3."""
+    from ltx_core.model.transformer.attention import Attention
+
+    from backends.runtime import fast_norm, quant
+
+    torch.manual_seed(1)
+    attn = Attention(query_dim=256, context_dim=128, heads=4, dim_head=64).to("cuda", torch.bfloat16).eval()
+    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
+    context = torch.randn(1, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        want = attn(x, context=context)
+        ours = copy.deepcopy(attn)
+        quant.quantize_linears(ours, "fp8-scaled-mm")
+        plain = DenseFunction("sdpa_cudnn_fp8")
+        ours.attention_function = plain.for_module(ours)
+        ours.preattention_function = fast_norm.FastPreAttention(ours.preattention_function)
+        q8, k8 = ours.preattention_function(ours.to_q(x), ours.to_k(context), ours, None, None, None)
+        assert q8.dtype == k8.dtype == torch.float8_e4m3fn
+        got = ours(x, context=context)
+        ours.attention_function = plain  # no static scales: bf16 cuDNN at 1024 kv tokens
+        ours.preattention_function = ours.preattention_function.own
+        bf16 = ours(x, context=context)
+    assert rel_l2(got, want) < BOUND and rel_l2(bf16, want) < BOUND and not torch.equal(got, bf16)

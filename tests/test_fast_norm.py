@@ -27,8 +27,10 @@ def test_ltx2s_blocks_run_the_kernels_and_compute_what_they_did():
     inputs = ltx2.transformer_inputs(tokens=23, padded=0)
     with torch.inference_mode():
         got, want = fast(*inputs), model(*inputs)
-    # per block: video and audio AdaLN before self-attention and FF, both sides of a2v and v2a (8), post_sa (2)
-    assert fast_norm.counts(fast) == (2 * 10, 0)
+    # per block: video and audio AdaLN before self-attention and FF, both sides of a2v and v2a (8), post_sa (2),
+    # the q/k norm + RoPE of its six attentions (self and text of each modality, a2v, v2a)
+    assert fast_norm.counts(fast) == (2 * 16, 0)
+    assert isinstance(block.attn1.preattention_function, fast_norm.FastPreAttention)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
@@ -64,11 +66,85 @@ def test_tensors_the_kernel_refuses_run_the_blocks_own_function(monkeypatch):
     assert fast(x, 1e-6, x[:, :1], x[:, :1]) == "own"  # off CUDA without the interpreter: LTX-2's own ops
 
 
-def test_while_compiling_the_blocks_own_function_runs(monkeypatch):
+def test_while_compiling_the_slot_is_the_kernels_custom_op(monkeypatch):
+    """Traced, a slot calls `ltx_tui::post_sa` (which `runtime.shared_rows` can fold with the fp8 rows
+    after it), or the block's own function for tensors the kernel refuses."""
+    seen = []
+    monkeypatch.setattr(fast_norm.FastPostSA, "op", staticmethod(lambda *args: seen.append(args) or "op"))
     fast = fast_norm.FastPostSA(lambda *args: "own")
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(1, 3, 8)
-    assert fast(x, x, None, 1e-6, x[:, :1]) == "own"
+    assert fast(x, x, None, 1e-6, x[:, :1]) == "op" and len(seen) == 1
+    assert fast(x, x.double(), None, 1e-6, x[:, :1]) == "own"
+    assert (fast.runs, fast.own_runs) == (0, 0)  # counted eagerly only
+
+
+OPS = torch.ops.ltx_tui
+
+
+def _targets(gm) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _norms_into_rows(x, y, gate, scale, shift):
+    """As a compiled LTX-2 block with fast_norm and fp8 linears: the AdaLN norm into to_q/to_k/to_v's
+    fp8 rows, and post_sa's norm into the text cross-attention's to_q, its residual used on."""
+    n = OPS.ada_zero(x, 1e-6, scale, shift)
+    a = OPS.fp8_rows(n.view(-1, 48), False)
+    res, normed = OPS.post_sa(x, y, None, 1e-6, gate)
+    b = OPS.fp8_rows(normed.reshape(-1, 48), False)
+    return a[0].float() * a[1][:, None], b[0].float() * b[1][:, None], res * 2
+
+
+def _graph(f, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from backends.runtime import shared_rows
+
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    shared_rows.SharedRows()(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _norm_inputs():
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(2, 5, 48, generator=g) for _ in range(2))
+    return x, y, *(torch.randn(2, 1, 48, generator=g) * 0.3 for _ in range(3))
+
+
+def test_a_norm_whose_one_use_is_fp8_rows_writes_them_itself():
+    args = _norm_inputs()
+    gm = _graph(_norms_into_rows, *args)
+    targets = _targets(gm)
+    assert OPS.ada_zero_rows.default in targets and OPS.post_sa_rows.default in targets
+    assert not {OPS.ada_zero.default, OPS.post_sa.default, OPS.fp8_rows.default} & set(targets)
+    for got, want in zip(gm(*args), _norms_into_rows(*args)):  # e4m3 rows (the interpreter's rounding is coarse)
+        assert ((got - want).norm() / want.norm()) < 0.1
+
+
+def test_a_norm_used_elsewhere_too_keeps_its_rows_apart():
+    def f(x, y, gate, scale, shift):
+        n = OPS.ada_zero(x, 1e-6, scale, shift)
+        res, normed = OPS.post_sa(x, y, None, 1e-6, gate)
+        return OPS.fp8_rows(n.view(-1, 48), False)[1], n * 2, OPS.fp8_rows(normed.view(-1, 48), False)[1], normed
+
+    targets = _targets(_graph(f, *_norm_inputs()))
+    assert OPS.ada_zero.default in targets and OPS.post_sa.default in targets
+    assert OPS.ada_zero_rows.default not in targets and OPS.post_sa_rows.default not in targets
+
+
+def test_the_fused_ops_are_the_two_they_replace():
+    def close(q, s, want):  # e4m3 rows against the norm they stand for (the interpreter rounds coarsely)
+        assert q.dtype == torch.float8_e4m3fn and ((q.float() * s[:, None] - want).norm() / want.norm()) < 0.1
+
+    x, y, gate, scale, shift = _norm_inputs()
+    close(*OPS.ada_zero_rows(x, 1e-6, scale, shift), OPS.ada_zero(x, 1e-6, scale, shift).view(-1, 48))
+    res, q, s = OPS.post_sa_rows(x, y, None, 1e-6, gate)
+    want_res, normed = OPS.post_sa(x, y, None, 1e-6, gate)
+    torch.testing.assert_close(res, want_res)
+    close(q, s, normed.view(-1, 48))
 
 
 def test_the_profile_installs_it_and_says_where():
@@ -82,3 +158,73 @@ def test_the_profile_installs_it_and_says_where():
     plain = ltx2.tiny_transformer(layers=1)
     assert apply_profile(plain, Profile(), device="cpu").change("transformer.fast_norm").action != "installed"
     assert not isinstance(plain.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)
+
+
+@pytest.mark.slow
+def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
+    """LTX-2's real DiT blocks with fp8-scaled-mm linears and fast_norm, compiled by Inductor (on the
+    CPU) with `runtime.shared_rows`: the AdaLN norms and post_sa write their linears' fp8 rows, and
+    the outputs are the eager model's."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    from backends.runtime import quant, shared_rows
+
+    model = ltx2.tiny_transformer(layers=1)
+    quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
+    quant.fuse_gelu(model)
+    fast_norm.install(model)
+    inputs = ltx2.transformer_inputs(tokens=23, padded=0)
+    block = model.transformer_blocks[0]
+    eager_forward = block.forward
+    torch._dynamo.reset()
+    with config.patch(post_grad_custom_post_pass=None, fx_graph_cache=False), torch.inference_mode():
+        want = model(*inputs)
+        assert shared_rows.install()
+        block.forward = torch.compile(eager_forward)
+        got, code = run_and_get_code(model, *inputs)
+    text = "\n".join(code)
+    # video: the self-attention's and FF's AdaLN, both a2v norms of video; audio likewise; post_sa of each
+    # every AdaLN norm (video and audio: self-attention, FF, both sides of a2v and v2a) and both post_sa
+    assert text.count("torch.ops.ltx_tui.ada_zero_rows.default(") == 8
+    assert text.count("torch.ops.ltx_tui.post_sa_rows.default(") == 2
+    assert "ltx_tui.ada_zero.default(" not in text and "ltx_tui.post_sa.default(" not in text
+    assert text.count("torch.ops.ltx_tui.dit_qk.default(") == 6  # the q/k norm + RoPE of each attention
+    for g, w in zip(got, want):
+        assert ((g - w).norm() / w.norm()) < 0.05
+
+
+def _attn1_call():
+    model = ltx2.tiny_transformer(layers=1)
+    attn = model.transformer_blocks[0].attn1
+    seen = {}
+    attn.register_forward_pre_hook(lambda m, a, kw: seen.update(kw, x=a[0]) and None, with_kwargs=True)
+    with torch.inference_mode():
+        model(*ltx2.transformer_inputs(tokens=23, padded=0))
+    return attn, seen["x"], seen["pe"]
+
+
+def test_the_pre_attention_writes_e4m3_where_the_attention_takes_static_scales(monkeypatch):
+    """Given `DenseFunction.static_fp8`'s scales, q and k leave the pre-attention in e4m3, so scaled;
+    without them in LTX-2's own dtype; a RoPE other than SPLIT runs LTX-2's own function."""
+    from backends.runtime.dense_attention import DenseFunction
+
+    attn, x, pe = _attn1_call()
+    fast = fast_norm.FastPreAttention(attn.preattention_function)
+    with torch.inference_mode():
+        q, k = attn.to_q(x), attn.to_k(x)
+        want = attn.preattention_function(q, k, attn, None, pe, None)
+        got = fast(q, k, attn, None, pe, None)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+        attn.attention_function = DenseFunction("sdpa_cudnn")
+        scales = torch.tensor([0.01, 0.02])
+        monkeypatch.setattr(DenseFunction, "static_fp8", lambda self, q, k, heads, mask: scales)
+        for g, w, s in zip(fast(q, k, attn, None, pe, None), want, scales):
+            assert g.dtype == torch.float8_e4m3fn and ((g.float() * s - w).norm() / w.norm()) < 0.1
+        from ltx_core.model.transformer.rope import LTXRopeType
+
+        monkeypatch.setattr(attn, "rope_type", LTXRopeType.INTERLEAVED)
+        with pytest.raises(RuntimeError):  # LTX-2's own interleaved RoPE, which these SPLIT tables do not fit
+            fast(q, k, attn, None, pe, None)
+    assert (fast.runs, fast.own_runs) == (2, 1)

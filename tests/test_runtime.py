@@ -440,7 +440,8 @@ def test_fp8_qkv_scales_and_cudnn_scalars_in_two_launches():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 37, 2, 16, generator=g) * 3  # sizes off the kernel's block: masked tails
     k, v = torch.randn(1, 5000, 2, 16, generator=g), torch.randn(1, 5000, 2, 16, generator=g) * 0.5
-    q8, k8, v8, scalars = fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0)
+    q8, k8, v8, scalars, rows = fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0)
+    assert rows.shape == (0,)
     sq, sk, sv = (t.abs().max() / 448 for t in (q, k, v))
     got = [fp8_qkv.scalar(scalars, i).item() for i in range(7)]
     want = [sq, sk, sv, 1 / 256, 256.0, 1 / (2 * sv), 2 * sv]
@@ -453,6 +454,42 @@ def test_fp8_qkv_scales_and_cudnn_scalars_in_two_launches():
         fp8_qkv.quantize_qkv(q, k, v.to("meta"), 256.0, 2.0)
 
 
+def test_fp8_qkv_takes_static_q_k_scales_and_writes_o_row_descales():
+    """Given q's and k's scales, only v is reduced; q and k cast with them (or, already e4m3, kept);
+    O's descale comes once a row for the fp8 GEMM after the attention."""
+    from kernels import fp8_qkv
+
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 37, 2, 16, generator=g), torch.randn(1, 70, 2, 16, generator=g) * 4
+    v = torch.randn(1, 70, 2, 16, generator=g) * 0.5
+    given = torch.tensor([0.01, 0.02])  # k's scale saturates some of k: clamped to 448, never NaN
+    q8, k8, v8, scalars, rows = fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0, rows=5000, qk_descale=given)
+    got = [fp8_qkv.scalar(scalars, i).item() for i in range(7)]
+    sv = float(v.abs().max() / 448)
+    assert got == pytest.approx([0.01, 0.02, sv, 1 / 256, 256.0, 1 / (2 * sv), 2 * sv], rel=1e-6)
+    assert rows.shape == (5000,) and torch.allclose(rows, torch.full((5000,), 2 * sv))
+    k_in_range = (k / 0.02).clamp(-448, 448) * 0.02
+    assert k8.float().abs().max() == 448 and not k8.float().isnan().any()
+    # within e4m3's rounding (the interpreter's is coarser than the GPU's: a few values round a binade low)
+    for t, t8, s in ((q, q8, 0.01), (k_in_range, k8, 0.02), (v, v8, sv)):
+        assert ((t8.float() * s - t).norm() / t.norm()) < 0.1
+    same = fp8_qkv.quantize_qkv(q8, k8, v, 256.0, 2.0, qk_descale=given)
+    assert same[0] is q8 and same[1] is k8 and torch.equal(same[2].float(), v8.float())
+    with pytest.raises(TypeError, match="only with qk_descale"):
+        fp8_qkv.quantize_qkv(q8, k8, v, 256.0, 2.0)
+    with pytest.raises(ValueError, match="2 fp32"):
+        fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0, qk_descale=given.double())
+
+
+def test_scale_cast_per_row():
+    from kernels.scale_cast import scale_cast
+
+    x, s = torch.randn(7, 300), torch.rand(7) + 0.5
+    torch.testing.assert_close(scale_cast(x, s, torch.float32, False), x * s[:, None])
+    with pytest.raises(ValueError, match="one a row"):
+        scale_cast(x, torch.rand(6), torch.float32, False)
+
+
 def test_fp8_attention_takes_the_large_calls_of_each_stage():
     from backends.runtime.dense_attention import takes_fp8
 
@@ -460,6 +497,9 @@ def test_fp8_attention_takes_the_large_calls_of_each_stage():
     assert not takes_fp8(1536, 1536)  # distilled's stage 1 at 768x512
     assert not takes_fp8(6144, 1024) and not takes_fp8(24576, 1024)  # the video-text cross-attention
     assert not takes_fp8(126, 24576) and not takes_fp8(24576, 126)  # the audio tokens' cross-attentions
+    # with q's and k's scales known (QKBound) the video-text cross-attention pays: only v to quantize
+    assert takes_fp8(6144, 1024, static_qk=True) and not takes_fp8(1536, 1024, static_qk=True)
+    assert not takes_fp8(6144, 126, static_qk=True) and not takes_fp8(126, 6144, static_qk=True)
 
 
 def test_fp8_attention_tensor_checks_trace_in_one_graph():

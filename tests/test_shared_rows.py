@@ -83,3 +83,49 @@ def test_inductor_runs_the_pass_on_a_compiled_block():
         got, code = run_and_get_code(torch.compile(lambda t: sum(lin(t) for lin in linears)), x)
     calls = [line for c in code for line in c.splitlines() if "torch.ops.ltx_tui.fp8_rows.default(" in line]
     assert torch.equal(got, want) and len(calls) == 1
+
+
+DEQUANT = torch.ops.ltx_tui.fp8_dequant_rows.default
+
+
+def _o_into_to_out(o8, scale, gate):
+    """As LTX-2's attention hands cuDNN's fp8 O to to_out: dequantized rows, viewed (B, S, inner) and
+    back, then quantized again by the fp8 linear."""
+    o = torch.ops.ltx_tui.fp8_dequant_rows(o8, scale, torch.bfloat16).view(2, 8, 64)
+    if gate is not None:
+        o = o * gate
+    return torch.ops.ltx_tui.fp8_rows(o.reshape(-1, 64), False)
+
+
+def test_rows_just_dequantized_go_to_the_next_linear_as_they_are():
+    o8 = (torch.randn(16, 64) * 20).to(torch.float8_e4m3fn)
+    scale = torch.rand(16) + 0.5
+    gm = make_fx(lambda o8, scale: _o_into_to_out(o8, scale, None), tracing_mode="fake")(o8, scale)
+    shared_rows.SharedRows()(gm.graph)
+    gm.recompile()
+    assert _rows(gm.graph) == 0 and not any(n.target is DEQUANT for n in gm.graph.nodes)
+    q, s = gm(o8, scale)
+    assert q is o8 and s is scale
+
+
+def test_rows_changed_after_the_dequantization_are_quantized_again():
+    o8 = (torch.randn(16, 64) * 20).to(torch.float8_e4m3fn)
+    gm = make_fx(_o_into_to_out, tracing_mode="fake")(o8, torch.ones(16), torch.ones(64))
+    shared_rows.SharedRows()(gm.graph)
+    assert _rows(gm.graph) == 1 and any(n.target is DEQUANT for n in gm.graph.nodes)
+
+
+def test_rows_of_another_shape_are_quantized_again():
+    def f(o8, scale):  # the same bytes as rows of 32: other rows, other scales
+        return torch.ops.ltx_tui.fp8_rows(torch.ops.ltx_tui.fp8_dequant_rows(o8, scale, torch.float32).view(-1, 32),
+                                          False)
+
+    gm = make_fx(f, tracing_mode="fake")((torch.randn(16, 64)).to(torch.float8_e4m3fn), torch.ones(16))
+    shared_rows.SharedRows()(gm.graph)
+    assert _rows(gm.graph) == 1
+
+
+def test_dequant_rows_is_the_inverse_of_fp8_rows():
+    x = torch.randn(5, 64, dtype=torch.bfloat16) * 7
+    q, s = quant._fp8_rows(x)
+    torch.testing.assert_close(quant.dequant_rows(q, s, torch.bfloat16), x, rtol=0.07, atol=0)

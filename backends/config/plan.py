@@ -140,7 +140,8 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                           ("transformer.attention",)))
     if d["transformer.fast_norm"].effective:
         steps.append(Step("fast_norm", {}, "kernels.adaln's one-pass norms in every LTX-2 DiT block's ada_zero_function "
-                          "and post_sa_function (eager blocks; compiled ones keep Inductor's fusion)",
+                          "and post_sa_function, kernels.dit_qk's q/k norm + RoPE in its attentions' "
+                          "preattention_function (compiled: custom ops; norms write fp8-scaled-mm linears' rows)",
                           ("transformer.fast_norm",)))
     q, scope = d["transformer.quantization"], profile.transformer.quantization_scope.value
     if _runs(q) and value("transformer.quantization", q.effective).step:

@@ -253,7 +253,7 @@ def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
         kept = []
         for name in names:
             module = model.get_submodule(name)
-            module.attention_function = function
+            module.attention_function = function.for_module(module)
             if hasattr(module, "masked_attention_function"):
                 if function.masks:
                     module.masked_attention_function = function
@@ -281,10 +281,11 @@ def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
                        "(LTX-2's DiT blocks)")
             return
         rows = timestep_rows.install(model)
-        where = ("eager calls on CUDA; compiled blocks keep Inductor's fusion" if device.type == "cuda" else
-                 f"on {device} the blocks' own ops run: kernels.adaln runs on CUDA")
+        where = ("on CUDA; compiled, a norm before fp8-scaled-mm linears writes their fp8 rows"
+                 if device.type == "cuda" else
+                 f"on {device} the blocks' own ops run: the kernels run on CUDA")
         report.add("transformer.fast_norm", "installed", f"kernels.adaln's one-pass ada_zero and post_sa in the "
-                   f"blocks' norm slots ({where})" +
+                   f"blocks' norm slots, kernels.dit_qk's q/k norm + RoPE in their attentions' ({where})" +
                    (ONE_ROW if rows else ""), names)
     return apply
 

@@ -8,15 +8,19 @@ requantized to e4m3 at x256 for the P @ V product, fp32 softmax) and returns the
 dtype and layout (`kernels.scale_cast`). On Hopper cuDNN writes O in e4m3 only: O is a convex
 combination of v's rows, so O's scale is v's scale x 2 (headroom for the rounding of P) and nothing
 saturates. Five launches a call (a memset, the two quantization kernels, cuDNN's, the output's
-cast), and no host sync. Graphs are
+cast), and no host sync. `sdpa_fp8_rows` leaves O in e4m3 with its descale once per row, the
+form an fp8-scaled-mm linear takes (so `to_out` reads O without a dequantization and a new row
+quantization between them: `runtime.shared_rows`), and takes q and k already in e4m3 where the
+caller knows a static scale for them (`runtime.dense_attention`: LTX-2's q/k RMSNorm bounds
+them), which leaves only v to reduce. Graphs are
 built once per (shape, strides, device) and cached, with one cuDNN handle per device, made on that
-device (its stream set and the graph run under a lock). The whole call is one torch custom op
-(`ltx_tui::sdpa_fp8`), so torch.compile keeps a block that calls it in one graph (called eagerly
-it runs directly: the op's dispatch would cost more host time).
+device (its stream set and the graph run under a lock). `sdpa_fp8_rows` is one torch custom op
+(`ltx_tui::sdpa_fp8_rows`), so torch.compile keeps a block that calls it in one graph (called
+eagerly it runs directly: the op's dispatch would cost more host time).
 
 `supports(q, k, v)` says why a call cannot run (None: it can): 4-dim q, k, v with the same batch
-and heads, k and v the same shape, bf16/fp16, head_dim a multiple of 16 up to 128, CUDA SM 9.0
-(cuDNN's Hopper fp8 engine), `import cudnn`, cuDNN >= 9.1.
+and heads, k and v the same shape, bf16/fp16 (q and k e4m3 with `qk_fp8`), head_dim a multiple of
+16 up to 128, CUDA SM 9.0 (cuDNN's Hopper fp8 engine), `import cudnn`, cuDNN >= 9.1.
 """
 
 from __future__ import annotations
@@ -54,20 +58,23 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can)."""
-    return tensors_reason(q, k, v) or _device_reason(q.device)
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False) -> str | None:
+    """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can); `qk_fp8`:
+    q and k come in float8_e4m3fn (v as the bf16/fp16 they stand for)."""
+    return tensors_reason(q, k, v, qk_fp8) or _device_reason(q.device)
 
 
-def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False) -> str | None:
     """`supports` without the device: shapes and dtypes only (torch.compile traces it)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return f"q, k, v must be (B, S, heads, head_dim) (got {q.dim()}, {k.dim()}, {v.dim()} dims)"
     if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         return (f"k and v must share a shape and q their batch and heads (got {tuple(q.shape)}, "
                 f"{tuple(k.shape)}, {tuple(v.shape)})")
-    if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"q, k, v must share bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})"
+    qk = torch.float8_e4m3fn if qk_fp8 else v.dtype  # e4m3 q and k come with their scales (fp8_qkv)
+    if v.dtype not in (torch.bfloat16, torch.float16) or q.dtype != qk or k.dtype != qk:
+        return (f"q, k, v must share bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})" if not qk_fp8 else
+                f"q and k must be float8_e4m3fn and v bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})")
     d = q.shape[-1]
     if d % 16 or d > 128 or k.shape[-1] != d or v.shape[-1] != d:
         return f"head_dim must be a multiple of 16 up to 128 and the same for q, k, v (got {d})"
@@ -169,31 +176,48 @@ def sdpa_fp8_quantized(q8, k8, v8, scalars: torch.Tensor, scale: float) -> torch
     return _graph(q8, k8, v8, scale).run(q8, k8, v8, scalars, q8.device)
 
 
-def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """softmax(q k^T * scale) v on (B, S, heads, head_dim) bf16/fp16 tensors through cuDNN's fp8 SDPA;
-    the output has q's dtype, shape (B, S_q, heads, head_dim) and is contiguous."""
-    why = supports(q, k, v)
+def _run(q, k, v, scale, rows: int, qk_descale):
+    why = supports(q, k, v, qk_fp8=q.dtype == torch.float8_e4m3fn)
     if why:
         raise RuntimeError(f"fp8 SDPA cannot run: {why}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    q8, k8, v8, scalars = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM)
-    out = sdpa_fp8_quantized(q8, k8, v8, scalars, scale)
+    q8, k8, v8, scalars, row_descale = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM, rows, qk_descale)
+    return sdpa_fp8_quantized(q8, k8, v8, scalars, scale), scalars, row_descale
+
+
+def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v on (B, S, heads, head_dim) bf16/fp16 tensors through cuDNN's fp8 SDPA;
+    the output has q's dtype, shape (B, S_q, heads, head_dim) and is contiguous."""
+    out, scalars, _ = _run(q, k, v, scale, 0, None)
     return scale_cast(out, fp8_qkv.scalar(scalars, fp8_qkv.DESCALE_O), q.dtype, False)
 
 
-@torch.library.custom_op("ltx_tui::sdpa_fp8", mutates_args=())
-def _sdpa_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    return sdpa_fp8(q, k, v, scale)
+def sdpa_fp8_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                  qk_descale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same attention with O left in e4m3: (O (B, S_q, heads, head_dim) float8_e4m3fn, contiguous;
+    its descale once per row of O seen as (B * S_q, heads * head_dim), fp32), which an fp8 GEMM takes
+    as they are (`runtime.quant.QuantizedRows`). q and k bf16/fp16, or float8_e4m3fn with
+    `qk_descale` (their two scales: `kernels.fp8_qkv.quantize_qkv`); v bf16/fp16."""
+    out, _, row_descale = _run(q, k, v, scale, q.shape[0] * q.shape[1], qk_descale)
+    return out, row_descale
 
 
-@_sdpa_fp8_op.register_fake
-def _sdpa_fp8_fake(q, k, v, scale):
-    return q.new_empty(q.shape)
+@torch.library.custom_op("ltx_tui::sdpa_fp8_rows", mutates_args=())
+def _sdpa_fp8_rows_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_descale: torch.Tensor | None,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return sdpa_fp8_rows(q, k, v, scale, qk_descale)
 
 
-def sdpa_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """`sdpa_fp8` itself when called eagerly; its custom op while torch.compile traces."""
+@_sdpa_fp8_rows_op.register_fake
+def _sdpa_fp8_rows_fake(q, k, v, qk_descale, scale):
+    return (q.new_empty(q.shape, dtype=torch.float8_e4m3fn),
+            q.new_empty((q.shape[0] * q.shape[1],), dtype=torch.float32))
+
+
+def sdpa_fp8_rows_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_descale: torch.Tensor | None = None,
+                     scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sdpa_fp8_rows` itself when called eagerly; its custom op while torch.compile traces."""
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if torch.compiler.is_compiling():
-        return _sdpa_fp8_op(q, k, v, scale)
-    return sdpa_fp8(q, k, v, scale)
+        return _sdpa_fp8_rows_op(q, k, v, qk_descale, scale)
+    return sdpa_fp8_rows(q, k, v, scale, qk_descale)

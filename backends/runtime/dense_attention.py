@@ -13,15 +13,24 @@ backend on the rest, where quantizing q, k and v costs more than the fp8 kernel 
 tokens' attentions, the video-text cross-attention (1024 text tokens: at 6144 x 1024 fp8 with its
 quantization took 0.204 ms against bf16's 0.182 on the H200), distilled's stage 1 at 768x512
 (1536 tokens: 0.216 against 0.068 ms), and masked calls. So one profile gives each stage of a run
-the attention that pays at its size.
+the attention that pays at its size. Its fp8 calls hand O back through `runtime.quant.dequant_rows`
+(in a compiled block `to_out`'s fp8 GEMM reads O's e4m3 rows as they are), and on a module of LTX-2's
+own pre-attention (`for_module`) q and k go to e4m3 with static scales (`QKBound`): no reduction over
+them (transformer.fast_norm's pre-attention writes them in e4m3 itself). With q and k free to
+quantize, the video-text cross-attention (kv of `FP8_MIN_STATIC_KV` tokens up) takes fp8 too.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from backends.machine.capability import import_optional
+from backends.runtime.quant import dequant_rows
+from kernels.int8_gemm import FP8_MAX
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION",
                  "sdpa_efficient": "EFFICIENT_ATTENTION", "sdpa_math": "MATH"}
@@ -31,15 +40,75 @@ ANY_SDPA = ("pytorch", "automatic", "mps_sdpa")
 FP8 = "sdpa_cudnn_fp8"
 NAMES = (*SDPA_BACKENDS, FP8, *FLASH_MODULES, *ANY_SDPA)
 FP8_MIN_TOKENS = 2048
+FP8_MIN_STATIC_KV = 1024  # LTX-2's 1024 text tokens: only v left to quantize
 
 
-def takes_fp8(q_tokens: int, kv_tokens: int) -> bool:
-    """Whether `sdpa_cudnn_fp8` runs an unmasked call of these sizes in fp8 (else bf16 cuDNN)."""
-    return min(q_tokens, kv_tokens) >= FP8_MIN_TOKENS
+def takes_fp8(q_tokens: int, kv_tokens: int, static_qk: bool = False) -> bool:
+    """Whether `sdpa_cudnn_fp8` runs an unmasked call of these sizes in fp8 (else bf16 cuDNN);
+    `static_qk`: q's and k's scales are known (`QKBound`), so only v is reduced."""
+    return q_tokens >= FP8_MIN_TOKENS and kv_tokens >= (FP8_MIN_STATIC_KV if static_qk else FP8_MIN_TOKENS)
 
 
 class AttentionUnavailable(RuntimeError):
     """The attention backend's package cannot be imported here."""
+
+
+STATIC_QK = True  # bench/ltx2_dit.py's `:amax-qk` ablation turns it off
+QK_HEADROOM = 2.0  # over the bound: bf16 cos/sin tables rotate by a little more than 1
+PRE_ATTENTION = ("ltx_core.model.transformer.ops", "PytorchPreAttention")  # LTX-2 v1.2.0's own
+
+
+def ltx2_pre_attention(function, own_only: bool = False) -> bool:
+    """Whether `function` is LTX-2's own pre-attention, or (unless `own_only`) computes what it does
+    (`computes_own`, its `own`: transformer.fast_norm's one-pass kernel)."""
+    if not own_only and getattr(function, "computes_own", False):
+        function = function.own
+    return (type(function).__module__, type(function).__name__) == PRE_ATTENTION
+
+
+class QKBound:
+    """Static e4m3 scales for q and k of an LTX-2 `Attention` whose pre-attention is LTX-2's own
+    (`q_norm` / `k_norm`, `torch.nn.RMSNorm` over n features, then RoPE): an element of
+    rms_norm(x) * w is at most sqrt(n) * max|w| in magnitude (its square is at most the sum of the
+    n squares, n * rms(x)^2), and RoPE rotates pairs of elements, which keeps their norm. The scale
+    maps that bound x QK_HEADROOM to e4m3's 448; values still sit within e4m3's normal range (its
+    ~15 binades), so the rounding is e4m3's own, as with an amax scale."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self._key: tuple | None = None
+        self._value: torch.Tensor | None = None
+
+    @staticmethod
+    def applies(module: nn.Module) -> bool:
+        """Whether `module` normalises q and k as the bound needs."""
+        norms = (getattr(module, "q_norm", None), getattr(module, "k_norm", None))
+        return (ltx2_pre_attention(getattr(module, "preattention_function", None))
+                and all(isinstance(n, nn.RMSNorm) and len(n.normalized_shape) == 1 for n in norms))
+
+    def _descale(self, device: torch.device) -> torch.Tensor:
+        def one(norm: nn.RMSNorm) -> torch.Tensor:
+            w = norm.weight
+            peak = torch.ones((), device=device) if w is None else w.detach().abs().amax().float().to(device)
+            return peak * (math.sqrt(norm.normalized_shape[0]) * QK_HEADROOM / FP8_MAX)
+        return torch.stack([one(self.module.q_norm), one(self.module.k_norm)])
+
+    def descale(self, device: torch.device) -> torch.Tensor | None:
+        """(q's scale, k's scale), fp32 on `device`; None when the module's pre-attention is no longer
+        LTX-2's own. Eagerly kept until a norm weight changes (traced: computed in the graph)."""
+        if not STATIC_QK or not self.applies(self.module):
+            return None
+        if torch.compiler.is_compiling():
+            return self._descale(device)
+        key = (device, *((w.data_ptr(), w._version) for n in (self.module.q_norm, self.module.k_norm)
+                         if (w := n.weight) is not None))
+        if key != self._key or self._value is None:
+            self._value, self._key = self._descale(device), key
+        return self._value
+
+
+def _e4m3(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
 class DenseFunction:
@@ -50,7 +119,7 @@ class DenseFunction:
             raise ValueError(f"unknown attention {name!r}; expected one of {', '.join(NAMES)}")
         self.name = name
         self.masks = name not in FLASH_MODULES and name != "sdpa_flash"
-        self._flash = self._fp8 = None
+        self._flash = self._fp8 = self._qk = None
         # the SDPA backend pinned for the calls this attention runs through SDPA (None: SDPA's own choice)
         self._sdpa = SDPA_BACKENDS.get(name, SDPA_BACKENDS["sdpa_cudnn"] if name == FP8 else None)
         if name == FP8:
@@ -67,6 +136,24 @@ class DenseFunction:
                 raise AttentionUnavailable(f"{label} needs {module}, which is not importable ({why})")
             self._flash = mod.flash_attn_func
 
+    def for_module(self, module: nn.Module) -> "DenseFunction":
+        """This function as `module` gets it: with `sdpa_cudnn_fp8` on a module of LTX-2's own
+        pre-attention, a copy whose fp8 calls take q and k with `QKBound`'s static scales."""
+        if self._fp8 is None or not QKBound.applies(module):
+            return self
+        bound = object.__new__(DenseFunction)
+        bound.__dict__.update(self.__dict__, _qk=QKBound(module))
+        return bound
+
+    def static_fp8(self, q: torch.Tensor, k: torch.Tensor, heads: int, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """`QKBound`'s (q, k) scales where this call (q, k: (B, T, heads * head_dim)) takes the fp8 path
+        with them; a pre-attention that gets them hands q and k over in e4m3, so scaled."""
+        d, rem = divmod(q.shape[-1], heads)
+        if (self._qk is None or mask is not None or rem or d % 16 or d > 128
+                or not takes_fp8(q.shape[1], k.shape[1], static_qk=True)):
+            return None
+        return self._qk.descale(q.device)
+
     @property
     def label(self) -> str:
         return f"ltx-tui {self.name}"
@@ -80,7 +167,9 @@ class DenseFunction:
         if inner % heads:
             raise ValueError(f"q's last dim {inner} is not a multiple of heads {heads}")
         d = inner // heads
-        q, k = q.to(v.dtype), k.to(v.dtype)
+        e4m3 = q.dtype == torch.float8_e4m3fn  # from a pre-attention given `static_fp8`'s scales
+        if not e4m3:
+            q, k = q.to(v.dtype), k.to(v.dtype)
         q, k, v = (t.reshape(b, -1, heads, d) for t in (q, k, v))
         if self._flash is not None:
             if mask is not None:
@@ -88,9 +177,16 @@ class DenseFunction:
             out = self._flash(q, k, v)
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
-        if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1])
-                and self._fp8.tensors_reason(q, k, v) is None):
-            return self._fp8.sdpa_fp8_op(q, k, v).reshape(b, -1, inner)
+        qk = None if self._fp8 is None or self._qk is None or mask is not None else self._qk.descale(q.device)
+        if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1], qk is not None)
+                and self._fp8.tensors_reason(q, k, v, e4m3) is None):
+            if qk is not None and not e4m3 and torch.compiler.is_compiling():  # Inductor fuses it into the norm
+                q, k = _e4m3(q, qk[0]), _e4m3(k, qk[1])
+            out, rows = self._fp8.sdpa_fp8_rows_op(q, k, v, qk)
+            return dequant_rows(out.view(-1, inner), rows, v.dtype).view(b, -1, inner)
+        if e4m3:
+            raise ValueError(f"{self.name}: q and k came in e4m3, but this call ({tuple(q.shape)}, {tuple(k.shape)}, "
+                             f"mask {mask is not None}) does not take the fp8 path")
         if mask is not None:
             mask = mask[None] if mask.dim() == 2 else mask
             mask = mask[:, None] if mask.dim() == 3 else mask

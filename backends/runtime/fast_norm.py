@@ -1,12 +1,18 @@
-"""transformer.fast_norm: `kernels.adaln` in the norm slots of LTX-2's DiT blocks.
+"""transformer.fast_norm: `kernels.adaln` and `kernels.dit_qk` in the norm slots of LTX-2's DiT blocks.
 
 LTX-2 v1.2.0's `BasicAVTransformerBlock` calls its AdaLN norm and its gated residual + norm
-through two attributes, `ada_zero_function` and `post_sa_function` (from `TransformerOpsConfig`,
+through two attributes, `ada_zero_function` and `post_sa_function`, and each of its `Attention`s
+its q/k RMSNorm + RoPE through `preattention_function` (from `TransformerOpsConfig`,
 ltx_core/model/transformer/ops.py). Where a slot holds LTX-2's own function, `install` puts
-`FastAdaZero` / `FastPostSA` there, which run `kernels.adaln`'s one-pass kernels where the call's
-tensors fit them (`counts` says how often they did).
-The block's own function runs instead while torch.compile traces (Inductor fuses these norms with
-the ops around them: the residual add before, the fp8 row quantization after), off CUDA, and for
+`FastAdaZero` / `FastPostSA` / `FastPreAttention` there, which run the one-pass kernels where the
+call's tensors fit them (`counts` says how often they did). Before an `sdpa_cudnn_fp8` attention
+that takes the call in fp8 with static q/k scales (`dense_attention.QKBound`), the pre-attention
+writes q and k in e4m3 itself.
+While torch.compile traces, each is one custom op (`ltx_tui::ada_zero`, `ltx_tui::post_sa`,
+`ltx_tui::dit_qk`); the first two
+`runtime.shared_rows` merges with the fp8 row quantization an fp8-scaled-mm linear makes of its
+output (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`: the norm writes the linear's e4m3 rows
+and their scales, never the bf16 rows). The block's own function runs instead off CUDA, and for
 tensors the kernels refuse (a modulation in another dtype than x, a non-contiguous x). The profile
 step also installs `runtime.timestep_rows` (as compile does): the modulation read from one row
 where a modality's timesteps are equal across its tokens.
@@ -19,24 +25,107 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from kernels import adaln
+from backends.runtime.dense_attention import DenseFunction, ltx2_pre_attention
+from kernels import adaln, dit_qk
+from kernels.int8_gemm import quantize_rows_torch
 from kernels.na3d_triton import interpreting
 
 SLOTS = ("ada_zero_function", "post_sa_function")
+ATTENTION_SLOT = "preattention_function"
+
+
+def _on_kernels(x: torch.Tensor) -> bool:
+    return x.is_cuda or interpreting()
+
+
+def _rows_torch(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_rows_torch(out.reshape(-1, out.shape[-1]), torch.float8_e4m3fn)
+
+
+@torch.library.custom_op("ltx_tui::ada_zero", mutates_args=())
+def _ada_zero_op(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return adaln.ada_zero(x, eps, scale, shift)
+
+
+@_ada_zero_op.register_fake
+def _ada_zero_fake(x, eps, scale, shift):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ltx_tui::ada_zero_rows", mutates_args=())
+def _ada_zero_rows_op(x: torch.Tensor, eps: float, scale: torch.Tensor,
+                      shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if _on_kernels(x):
+        return adaln.ada_zero_fp8(x, eps, scale, shift)[:2]
+    return _rows_torch(adaln.ada_zero_torch(x, eps, scale, shift))
+
+
+@_ada_zero_rows_op.register_fake
+def _ada_zero_rows_fake(x, eps, scale, shift):
+    rows = x.shape[:-1].numel()
+    return x.new_empty((rows, x.shape[-1]), dtype=torch.float8_e4m3fn), x.new_empty((rows,), dtype=torch.float32)
+
+
+@torch.library.custom_op("ltx_tui::post_sa", mutates_args=())
+def _post_sa_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(adaln.post_sa(x, y, weight, eps, gate))
+
+
+@_post_sa_op.register_fake
+def _post_sa_fake(x, y, weight, eps, gate):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("ltx_tui::post_sa_rows", mutates_args=())
+def _post_sa_rows_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                     gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if _on_kernels(x):
+        return adaln.post_sa_fp8(x, y, weight, eps, gate)
+    res, normed = adaln.post_sa_torch(x, y, weight, eps, gate)
+    return (res, *_rows_torch(normed))
+
+
+@_post_sa_rows_op.register_fake
+def _post_sa_rows_fake(x, y, weight, eps, gate):
+    return (torch.empty_like(x), *_ada_zero_rows_fake(x, eps, None, None))
+
+
+@torch.library.custom_op("ltx_tui::dit_qk", mutates_args=())
+def _dit_qk_op(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: torch.Tensor | None, eps: float,
+               heads: int, cos: torch.Tensor | None, sin: torch.Tensor | None, k_cos: torch.Tensor | None,
+               k_sin: torch.Tensor | None, scales: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    pe = None if cos is None else (cos, sin)
+    k_pe = None if k_cos is None else (k_cos, k_sin)
+    return dit_qk.qk_norm_rope(q, k, wq, wk, eps, heads, pe, k_pe, scales)
+
+
+@_dit_qk_op.register_fake
+def _dit_qk_fake(q, k, wq, wk, eps, heads, cos, sin, k_cos, k_sin, scales):
+    dtype = torch.float8_e4m3fn if scales is not None else dit_qk.out_dtype(q, None if cos is None else (cos, sin))
+    return q.new_empty(q.shape, dtype=dtype), k.new_empty(k.shape, dtype=dtype)
 
 
 class _Fast:
     """A kernel for one slot, with the block's own function as the fallback; `runs` / `own_runs`
-    count the calls each took."""
+    count the eager calls each took. Traced (torch.compile), the slot is the kernel's custom op."""
 
     kernel: Callable = None
+    op: Callable = None
+    check: Callable = None  # the kernel's argument checks (raise adaln.Refused)
 
     def __init__(self, own: Callable) -> None:
         self.own = own
         self.runs = self.own_runs = 0
 
     def __call__(self, *args):
-        if not torch.compiler.is_compiling() and (args[0].is_cuda or interpreting()):
+        if torch.compiler.is_compiling():
+            try:
+                type(self).check(*args)
+            except adaln.Refused:
+                return self.own(*args)
+            return type(self).op(*args)
+        if _on_kernels(args[0]):
             try:
                 out = type(self).kernel(*args)
             except adaln.Refused:  # arguments the kernel does not take: the block's own function
@@ -55,12 +144,16 @@ class FastAdaZero(_Fast):
     """ada_zero(x, eps, scale, shift) = rms_norm(x) * (1 + scale) + shift in one pass."""
 
     kernel = staticmethod(adaln.ada_zero)
+    op = staticmethod(_ada_zero_op)
+    check = staticmethod(lambda x, eps, scale, shift: adaln.check_ada_zero(x, scale, shift))
 
 
 class FastPostSA(_Fast):
     """post_sa(x, y, weight, eps, gate) = (x + y * gate, rms_norm of that) in one pass."""
 
     kernel = staticmethod(adaln.post_sa)
+    op = staticmethod(_post_sa_op)
+    check = staticmethod(lambda x, y, weight, eps, gate: adaln.check_post_sa(x, y, weight, gate))
 
 
 # LTX-2 v1.2.0's own functions of the slots (ltx_core/model/transformer/ops.py): what the kernels compute.
@@ -74,14 +167,55 @@ def _ltx2_own(function: Callable, slot: str) -> bool:
     return cls.__name__ == OWN[slot] and cls.__module__ == OPS_MODULE
 
 
+class FastPreAttention(_Fast):
+    """preattention(q, k, attn, mask, pe, k_pe) = (q_norm(q), k_norm(k)), both rotated by LTX-2's SPLIT
+    RoPE with pe (k with k_pe if given), in one pass; in e4m3 where `attn`'s attention takes this call in
+    fp8 with static scales. It computes what its `own` (LTX-2's own) computes: `QKBound` holds for it."""
+
+    computes_own = True
+
+    @staticmethod
+    def _args(q, k, attn, mask, pe, k_pe) -> tuple:
+        """The kernel's arguments for this call (raises adaln.Refused where it does not fit)."""
+        norms = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
+        if not all(isinstance(n, nn.RMSNorm) and n.normalized_shape == (q.shape[-1],) for n in norms):
+            raise adaln.Refused("q_norm and k_norm must be RMSNorms over q's last dimension")
+        if norms[0].eps is None or norms[0].eps != norms[1].eps:
+            raise adaln.Refused("q_norm and k_norm must share one eps")
+        if pe is not None and getattr(attn.rope_type, "value", None) != "split":
+            raise adaln.Refused(f"RoPE {attn.rope_type} is not LTX-2's SPLIT RoPE")
+        fn = attn.attention_function
+        scales = fn.static_fp8(q, k, attn.heads, mask) if isinstance(fn, DenseFunction) else None
+        dit_qk.check(q, k, norms[0].weight, norms[1].weight, attn.heads, pe, k_pe)
+        return norms[0].weight, norms[1].weight, norms[0].eps, attn.heads, pe, k_pe, scales
+
+    def __call__(self, q, k, attn, mask, pe, k_pe):
+        try:
+            wq, wk, eps, heads, pe_, k_pe_, scales = self._args(q, k, attn, mask, pe, k_pe)
+        except (adaln.Refused, dit_qk.Refused):
+            if not torch.compiler.is_compiling():
+                self.own_runs += 1
+            return self.own(q, k, attn, mask, pe, k_pe)
+        if torch.compiler.is_compiling():
+            cos, sin = pe_ if pe_ is not None else (None, None)
+            k_cos, k_sin = k_pe_ if k_pe_ is not None else (None, None)
+            return _dit_qk_op(q, k, wq, wk, eps, heads, cos, sin, k_cos, k_sin, scales)
+        if _on_kernels(q):
+            self.runs += 1
+            return dit_qk.qk_norm_rope(q, k, wq, wk, eps, heads, pe_, k_pe_, scales)
+        self.own_runs += 1
+        return self.own(q, k, attn, mask, pe, k_pe)
+
+
 def blocks_with_slots(model: nn.Module) -> list[str]:
     """Names of the modules with both norm slots (LTX-2's DiT blocks)."""
     return [name for name, m in model.named_modules() if all(callable(getattr(m, s, None)) for s in SLOTS)]
 
 
 def install(model: nn.Module) -> list[str]:
-    """Put `FastAdaZero` / `FastPostSA` in every block slot that holds LTX-2's own function (once);
-    returns the names of the blocks that have them."""
+    """Put `FastAdaZero` / `FastPostSA` in every block slot, and `FastPreAttention` in every attention
+    slot of those blocks, that holds LTX-2's own function (once); returns the names of the blocks that
+    have their norm slots."""
     names = []
     for name in blocks_with_slots(model):
         block = model.get_submodule(name)
@@ -89,6 +223,9 @@ def install(model: nn.Module) -> list[str]:
             own = getattr(block, slot)
             if _ltx2_own(own, slot):
                 setattr(block, slot, fast(own))
+        for attn in block.modules():
+            if ltx2_pre_attention(getattr(attn, ATTENTION_SLOT, None), own_only=True):
+                setattr(attn, ATTENTION_SLOT, FastPreAttention(getattr(attn, ATTENTION_SLOT)))
         if all(isinstance(getattr(block, s), _Fast) for s in SLOTS):
             names.append(name)
     return names
@@ -96,5 +233,5 @@ def install(model: nn.Module) -> list[str]:
 
 def counts(model: nn.Module) -> tuple[int, int]:
     """(calls the kernels ran, calls the blocks' own functions ran instead) over `model`'s slots."""
-    fast = [f for m in model.modules() for s in SLOTS if isinstance(f := getattr(m, s, None), _Fast)]
+    fast = [f for m in model.modules() for s in (*SLOTS, ATTENTION_SLOT) if isinstance(f := getattr(m, s, None), _Fast)]
     return sum(f.runs for f in fast), sum(f.own_runs for f in fast)

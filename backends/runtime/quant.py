@@ -33,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
+from kernels.scale_cast import scale_cast
 
 LTX2_BLOCK_PREFIX = "transformer_blocks."
 LTX2_BLOCK_LINEARS = (".to_q", ".to_k", ".to_v", ".to_out.0", "ff.net.0.proj", "ff.net.2")
@@ -107,6 +108,31 @@ def _fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.
     if torch.compiler.is_compiling():
         return _fp8_rows_op(x, gelu)
     return quantize_rows(x, torch.float8_e4m3fn, gelu)
+
+
+def _dequant(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if q.is_cuda:
+        return scale_cast(q, scale, dtype, False)
+    return (q.float() * scale[:, None]).to(dtype)
+
+
+@torch.library.custom_op("ltx_tui::fp8_dequant_rows", mutates_args=())
+def _dequant_rows_op(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return _dequant(q, scale, dtype)
+
+
+@_dequant_rows_op.register_fake
+def _dequant_rows_fake(q, scale, dtype):
+    return q.new_empty(q.shape, dtype=dtype)
+
+
+def dequant_rows(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp8 rows (2-D, one fp32 scale a row) back to `dtype`. While torch.compile traces, one custom op:
+    where an fp8-scaled-mm linear quantizes the result again, `runtime.shared_rows` hands it the rows
+    themselves (cuDNN's fp8 attention output into `to_out`)."""
+    if torch.compiler.is_compiling():
+        return _dequant_rows_op(q, scale, dtype)
+    return _dequant(q, scale, dtype)
 
 
 class FP8ScaledMMLinear(_QuantLinear):

@@ -1,4 +1,5 @@
-"""One fp8 row quantization per input in a compiled block: an Inductor post-grad pass.
+"""One fp8 row quantization per input in a compiled block, and none of rows already fp8: an Inductor
+post-grad pass.
 
 LTX-2's attention projects one input several times (self-attention: to_q, to_k and to_v of `x`;
 the cross-attentions: to_k and to_v of one context), and each fp8-scaled-mm linear quantizes its
@@ -6,37 +7,143 @@ input (`ltx_tui::fp8_rows`, `runtime.quant`). Inductor does not deduplicate cust
 inference graph (AOTAutograd's CSE runs for training graphs only), so a compiled block would read a
 6144 x 4096 activation three times to write the same fp8 rows three times. `SharedRows` keeps the
 first `fp8_rows` of each (input, gelu) and points the others' users at it; an input seen through
-`aten.view` / `aten.reshape` of one tensor to one shape is the same input. `install()` sets it as
-Inductor's `post_grad_custom_post_pass` (process-wide; it touches no other op), unless another pass
-is there.
+`aten.view` / `aten.reshape` of one tensor to one shape is the same input.
+
+Before that it folds an `fp8_rows` of fp8 rows just dequantized (`ltx_tui::fp8_dequant_rows`, seen
+through views to the same 2-D shape): its users get the rows and their scales as they are. That is
+cuDNN's fp8 attention output going into `to_out` (`runtime.dense_attention`): no dequantization
+pass and no new row quantization, one rounding of O instead of two. Anything between the two (LTX-2's
+perturbation blend, a gate) leaves them as they are. Last, a norm of `transformer.fast_norm`
+(`ltx_tui::ada_zero`, `ltx_tui::post_sa`'s normed output) whose only use is one `fp8_rows` becomes
+the norm that writes those rows itself (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`): one pass
+that reads x once and writes e4m3 rows, where the two wrote and read the bf16 rows between them.
+`install()` sets the pass as Inductor's `post_grad_custom_post_pass` (process-wide; it touches no
+other op), unless another pass is there.
 """
 
 from __future__ import annotations
 
+import operator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
+from torch._guards import detect_fake_mode
 from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 _VIEWS = ("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
 
 
+def _is_view(node: Any) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _VIEWS
+            and len(node.args) == 2 and not node.kwargs)
+
+
 def _source(node: Any) -> Any:
     """What a node reads: (the viewed node, the shape) through a view, else the node itself."""
-    if (isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _VIEWS
-            and len(node.args) == 2 and not node.kwargs):
+    if _is_view(node):
         return node.args[0], tuple(node.args[1])
     return node
 
 
+def _shape(node: Any) -> tuple | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def _rows_of(shape: tuple) -> int:
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n
+
+
+def _erase_dead(graph: torch.fx.Graph, node: Any) -> None:
+    """Erase `node` and the views it read, for as long as nothing else uses them."""
+    while isinstance(node, torch.fx.Node) and not node.users and node.op == "call_function":
+        read = node.args[0] if node.args else None
+        graph.erase_node(node)
+        node = read
+
+
+def _only_use(node: Any, user: Any) -> bool:
+    """Whether `user` is the one use of `node`, directly or through a chain of single-use views."""
+    while isinstance(node, torch.fx.Node) and len(node.users) == 1:
+        (used_by,) = node.users
+        if used_by is user:
+            return True
+        if not _is_view(used_by):
+            return False
+        node = used_by
+    return False
+
+
+def _call(graph: torch.fx.Graph, op: Any, like: torch.fx.Node) -> list[torch.fx.Node]:
+    """`op` called with the arguments of node `like`, inserted before it, and a getitem node for each of
+    its outputs, each with the fake value Inductor reads (`meta["val"]`)."""
+    def val(a):
+        return a.meta["val"] if isinstance(a, torch.fx.Node) else a
+
+    args, kwargs = [val(a) for a in like.args], {k: val(a) for k, a in like.kwargs.items()}
+    with detect_fake_mode([v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]) or nullcontext():
+        out = op(*args, **kwargs)
+    with graph.inserting_before(like):
+        node = graph.call_function(op, like.args, dict(like.kwargs))
+        node.meta["val"] = out
+        items = [graph.call_function(operator.getitem, (node, i)) for i in range(len(out))]
+    for item, val in zip(items, out):
+        item.meta["val"] = val
+    return items
+
+
+def _item(node: Any, op: Any, index: int) -> Any:
+    """The op call that `node` is output `index` of (None if it is not)."""
+    if (isinstance(node, torch.fx.Node) and node.target is operator.getitem and node.args[1] == index
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].target is op):
+        return node.args[0]
+    return None
+
+
 ENABLED = True  # bench/ltx2_dit.py's `:unshared` ablation turns it off
+FOLD = True  # bench/ltx2_dit.py's `:unfolded` ablation turns the folding of dequantized rows and norms off
 
 
 class SharedRows(CustomGraphPass):
-    """Drop an `ltx_tui::fp8_rows` whose input and `gelu` an earlier one in the graph had."""
+    """Fold `fp8_rows` of dequantized rows; drop an `ltx_tui::fp8_rows` whose input and `gelu` an
+    earlier one in the graph had; fold the norm before the one `fp8_rows` of its output into it."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        if FOLD:
+            self._fold(graph)
+        if ENABLED:
+            self._share(graph)
+        if FOLD:
+            self._fold_norms(graph)
+
+    @staticmethod
+    def _fold(graph: torch.fx.Graph) -> None:
+        rows, dequant = torch.ops.ltx_tui.fp8_rows.default, torch.ops.ltx_tui.fp8_dequant_rows.default
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target is not rows or node.args[1:] != (False,) or node.kwargs:
+                continue
+            base = node.args[0]
+            while _is_view(base):
+                base = base.args[0]
+            if not (isinstance(base, torch.fx.Node) and base.target is dequant):
+                continue
+            q, scale = base.args[:2]
+            if _shape(q) is None or _shape(q) != _shape(node.args[0]):
+                continue
+            for user in list(node.users):  # getitem 0 (the rows) and 1 (their scales)
+                user.replace_all_uses_with(q if user.args[1] == 0 else scale)
+                graph.erase_node(user)
+            read = node.args[0]
+            graph.erase_node(node)
+            _erase_dead(graph, read)
+
+    @staticmethod
+    def _share(graph: torch.fx.Graph) -> None:
         op = torch.ops.ltx_tui.fp8_rows.default
         first: dict[tuple, torch.fx.Node] = {}
         for node in list(graph.nodes):
@@ -51,16 +158,50 @@ class SharedRows(CustomGraphPass):
                 if _source(view) is not view and not view.users:  # the view only it read
                     graph.erase_node(view)
 
+    @staticmethod
+    def _fold_norms(graph: torch.fx.Graph) -> None:
+        ops = torch.ops.ltx_tui
+        rows = ops.fp8_rows.default
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target is not rows or node.args[1:] != (False,) or node.kwargs:
+                continue
+            base = node.args[0]
+            while _is_view(base):
+                base = base.args[0]
+            x_shape = _shape(base)
+            if x_shape is None or _shape(node.args[0]) != (_rows_of(x_shape), x_shape[-1]):
+                continue
+            if not _only_use(base, node):
+                continue
+            if isinstance(base, torch.fx.Node) and base.target is ops.ada_zero.default:
+                q, scale = _call(graph, ops.ada_zero_rows.default, base)
+            elif ((post := _item(base, ops.post_sa.default, 1)) is not None
+                  and all(u is base or u.args[1] == 0 for u in post.users)):
+                res, q, scale = _call(graph, ops.post_sa_rows.default, post)
+                for user in list(post.users):  # the residual, output 0, from the new op
+                    if user is not base:
+                        user.replace_all_uses_with(res)
+                        graph.erase_node(user)
+            else:
+                continue
+            for user in list(node.users):
+                user.replace_all_uses_with(q if user.args[1] == 0 else scale)
+                graph.erase_node(user)
+            read = node.args[0]
+            graph.erase_node(node)
+            _erase_dead(graph, read)
+
     def uuid(self) -> Any:
-        return get_hash_for_files((__file__,))
+        return get_hash_for_files((__file__,), repr((ENABLED, FOLD)))
 
 
 def install() -> bool:
     """Make `SharedRows` Inductor's post-grad custom pass (True: it is, now or already; False: another
-    pass is there, or `ENABLED` is off)."""
-    import backends.runtime.quant  # noqa: F401  (defines ltx_tui::fp8_rows)
+    pass is there, or both its parts are off)."""
+    import backends.runtime.fast_norm  # noqa: F401  (defines ltx_tui::ada_zero, post_sa and their _rows)
+    import backends.runtime.quant  # noqa: F401  (defines ltx_tui::fp8_rows and ltx_tui::fp8_dequant_rows)
 
-    if not ENABLED:
+    if not (ENABLED or FOLD):
         return False
     current = config.post_grad_custom_post_pass
     if isinstance(current, SharedRows):

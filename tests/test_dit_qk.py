@@ -1,0 +1,105 @@
+"""`kernels.dit_qk`: LTX-2's DiT pre-attention (q/k RMSNorm over all heads, SPLIT RoPE) in one pass,
+in Triton's interpreter, against LTX-2's own `PytorchPreAttention` on its real attention modules
+with the RoPE tables its LTXModel makes, and against its definition in float64."""
+
+import pytest
+import torch
+
+from kernels import dit_qk
+
+pytestmark = [pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core")]
+
+
+@pytest.fixture(scope="module")
+def calls():
+    """Each attention of a tiny LTXModel block with the (x, context, pe, k_pe) it is called with."""
+    from backends.runtime import ltx2
+
+    model = ltx2.tiny_transformer(layers=1)
+    block = model.transformer_blocks[0]
+    seen = {}
+    for name in ("attn1", "attn2", "audio_attn1", "audio_to_video_attn", "video_to_audio_attn"):
+        attn = getattr(block, name)
+        with torch.no_grad():  # norm weights that are not all ones
+            attn.q_norm.weight.uniform_(0.5, 1.5)
+            attn.k_norm.weight.uniform_(0.2, 2.0)
+        attn.register_forward_pre_hook(lambda m, a, kw, name=name: seen.setdefault(name, (m, a, kw)) and None,
+                                       with_kwargs=True)
+    with torch.inference_mode():
+        model(*ltx2.transformer_inputs(tokens=23, padded=0))
+    return seen
+
+
+def _qk(attn, args, kwargs):
+    x = args[0]
+    context = kwargs.get("context")
+    context = x if context is None else context
+    return attn.to_q(x), attn.to_k(context), kwargs.get("pe"), kwargs.get("k_pe")
+
+
+@pytest.mark.parametrize("name", ["attn1", "attn2", "audio_attn1", "audio_to_video_attn", "video_to_audio_attn"])
+def test_it_is_ltx2s_pre_attention(calls, name):
+    attn, args, kwargs = calls[name]
+    with torch.inference_mode():
+        q, k, pe, k_pe = _qk(attn, args, kwargs)
+        want = attn.preattention_function(q, k, attn, None, pe, k_pe)
+        got = dit_qk.qk_norm_rope(q, k, attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps, attn.heads, pe, k_pe)
+    assert (pe is None) == (name == "attn2")  # the text cross-attention has no RoPE
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _rotate_f64(x, w, eps, cos, sin, heads):
+    y = x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + eps) * w.double()
+    b, n, dim = x.shape
+    y = y.view(b, n, heads, 2, dim // heads // 2)
+    c, s = (t.double().transpose(1, 2) for t in (cos, sin))
+    y1, y2 = y[:, :, :, 0], y[:, :, :, 1]
+    return torch.stack([y1 * c - y2 * s, y2 * c + y1 * s], dim=3).view(b, n, dim)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_it_is_its_definition_for_batches_and_odd_sizes(dtype, tol):
+    g = torch.Generator().manual_seed(0)
+    heads, half = 3, 5  # not powers of two: masked lanes
+    q, k = (torch.randn(2, n, heads * 2 * half, generator=g).to(dtype) for n in (7, 4))
+    wq, wk = (torch.rand(heads * 2 * half, generator=g).to(dtype) + 0.5 for _ in range(2))
+    ang_q, ang_k = (torch.rand(2, heads, n, half, generator=g) * 6 for n in (7, 4))
+    pe, k_pe = ((a.cos().to(dtype), a.sin().to(dtype)) for a in (ang_q, ang_k))
+    gq, gk = dit_qk.qk_norm_rope(q, k, wq, wk, 1e-6, heads, pe, k_pe)
+    torch.testing.assert_close(gq.double(), _rotate_f64(q, wq, 1e-6, *pe, heads), rtol=tol, atol=tol)
+    torch.testing.assert_close(gk.double(), _rotate_f64(k, wk, 1e-6, *k_pe, heads), rtol=tol, atol=tol)
+    tq, tk = (dit_qk.norm_rope_torch(t, w, 1e-6, p, heads, torch.float64) for t, w, p in ((q, wq, pe), (k, wk, k_pe)))
+    torch.testing.assert_close(tq, _rotate_f64(q, wq, 1e-6, *pe, heads), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tk, _rotate_f64(k, wk, 1e-6, *k_pe, heads), rtol=1e-5, atol=1e-5)
+
+
+def test_with_scales_it_writes_e4m3(calls):
+    attn, args, kwargs = calls["attn1"]
+    with torch.inference_mode():
+        q, k, pe, _ = _qk(attn, args, kwargs)
+        want = dit_qk.qk_norm_rope(q, k, attn.q_norm.weight, attn.k_norm.weight, 1e-6, attn.heads, pe)
+        scales = torch.stack([w.abs().amax() / 400 for w in want])
+        got = dit_qk.qk_norm_rope(q, k, attn.q_norm.weight, attn.k_norm.weight, 1e-6, attn.heads, pe, scales=scales)
+    for g, w, s in zip(got, want, scales):
+        assert g.dtype == torch.float8_e4m3fn
+        # within e4m3's rounding (the interpreter's is coarser than the GPU's)
+        assert ((g.float() * s - w.float()).norm() / w.float().norm()) < 0.1
+
+
+@torch.inference_mode()
+def test_arguments_are_checked_up_front(calls):
+    attn, args, kwargs = calls["attn1"]
+    q, k, pe, _ = _qk(attn, args, kwargs)
+    w = attn.q_norm.weight
+    with pytest.raises(dit_qk.Refused, match="contiguous"):
+        dit_qk.qk_norm_rope(torch.cat([q, q], -1)[..., ::2], k, w, w, 1e-6, attn.heads, pe)
+    with pytest.raises(dit_qk.Refused, match="even head_dim"):
+        dit_qk.qk_norm_rope(q, k, w, w, 1e-6, 5, pe)
+    with pytest.raises(dit_qk.Refused, match="do not fit"):
+        dit_qk.qk_norm_rope(q, k, w, w, 1e-6, attn.heads, (pe[0][:, :, :-1], pe[1][:, :, :-1]))
+    with pytest.raises(dit_qk.Refused, match="weight must be"):
+        dit_qk.qk_norm_rope(q, k, w[:-1], w, 1e-6, attn.heads, pe)
+    with pytest.raises(dit_qk.Refused, match="float tensor"):
+        dit_qk.qk_norm_rope(q.double(), k, w, w, 1e-6, attn.heads, pe)
