@@ -43,6 +43,9 @@ Variants (`--variants`, comma-separated; default: the first six):
                          compile.capture = true: the 48-block loop as one CUDA graph per input shape
                          (`backends.runtime.block_graph`), on top of compile / fp8-scaled-mm + compile /
                          sdpa_cudnn_fp8 + fp8-scaled-mm + compile
+  fp8-attn+fp8-scaled-mm+fast-norm+compile, fp8-attn+fp8-scaled-mm+fast-norm+capture
+                         sdpa_cudnn_fp8 + fp8-scaled-mm + compile (+ capture) with transformer.fast_norm =
+                         true (compiled: its norms write the fp8 linears' rows)
   eager-capture, fast-norm+eager-capture, fp8-scaled-mm+eager-capture,
   fp8-attn+fp8-scaled-mm+eager-capture, fp8-attn+fp8-scaled-mm+fast-norm+eager-capture
                          compile.capture = true with compile off: the loop of eager blocks as one
@@ -58,6 +61,10 @@ one thing of the profile's runtime in that variant's process:
   unshared       without `runtime.shared_rows` (each fp8 linear quantizes its input; to_q, to_k and
                  to_v of one input share one quantization otherwise)
   unfused        without the FeedForward's GELU fused into the fp8 row quantization
+  unfolded       without `runtime.shared_rows` folding rows: cuDNN's fp8 O dequantized and quantized again
+                 for to_out, fast_norm's norms writing bf16 rows that the next linear quantizes
+  amax-qk        the fp8 attention's q and k scaled by their amax (a reduction each) instead of the
+                 static bound of LTX-2's q/k RMSNorm (`dense_attention.QKBound`)
   per-token      without `runtime.timestep_rows` (timesteps equal across the tokens embedded and read
                  per token, as LTX-2 is called)
   multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
@@ -137,6 +144,15 @@ VARIANTS: dict[str, tuple[str, object]] = {
                                        {"transformer.attention": "sdpa_cudnn_fp8",
                                         "transformer.quantization": "fp8-scaled-mm", "compile.enabled": True,
                                         "compile.capture": True}),
+    "fp8-attn+fp8-scaled-mm+fast-norm+compile": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm + compile",
+                                                 {"transformer.attention": "sdpa_cudnn_fp8",
+                                                  "transformer.quantization": "fp8-scaled-mm",
+                                                  "transformer.fast_norm": True, "compile.enabled": True}),
+    "fp8-attn+fp8-scaled-mm+fast-norm+capture": ("ltx-tui sdpa_cudnn_fp8 + fp8-scaled-mm + fast_norm + compile + capture",
+                                                 {"transformer.attention": "sdpa_cudnn_fp8",
+                                                  "transformer.quantization": "fp8-scaled-mm",
+                                                  "transformer.fast_norm": True, "compile.enabled": True,
+                                                  "compile.capture": True}),
     "ltx2-fp8-cast": ("LTX-2 fp8-cast (its own ops)", "ltx2-fp8-cast"),
     "fp8-cast": ("ltx-tui fp8-cast", {"transformer.quantization": "fp8-cast"}),
     "int8-w8a8": ("ltx-tui int8-w8a8", {"transformer.quantization": "int8-w8a8"}),
@@ -154,6 +170,8 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "promoted": ("fp32-promoted accumulation", "backends.runtime.quant", "FP8ScaledMMLinear.fast_accum", False),
     "unshared": ("a quantization per linear", "backends.runtime.shared_rows", "ENABLED", False),
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
+    "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
+    "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
     "autotune": ("Inductor GEMM autotuning", "torch._inductor.config", "max_autotune_gemm", True),
@@ -606,6 +624,8 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     if "_scale_cast" in low or (any("sdpa_fp8" in n for n in op_names)
                                 and any("vector_norm" in n for n in op_names)):
         return "quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization"
+    if low.startswith(("_ada_zero", "_post_sa")):
+        return "element-wise", "AdaLN norm / post_sa (kernels.adaln, one pass; the fp8 rows too where folded)"
     if not fused and (ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names)):
         return "attention", _attention_kind(ops, dims)
     gemm = None if fused else next((o for o in ops if o.name in GEMM_OPS), None)
