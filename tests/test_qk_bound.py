@@ -82,3 +82,16 @@ def test_for_module_binds_the_bound_only_for_fp8(attn1_and_pe, monkeypatch):
     assert plain.for_module(other) is plain
     monkeypatch.setattr(dense_attention, "STATIC_QK", False)  # the bench's `:amax-qk` ablation
     assert bound._qk.descale(torch.device("cpu")) is None
+
+
+def test_the_scales_of_weights_loaded_under_inference_mode(attn1_and_pe):
+    """LTX-2's pipelines load weights under torch.inference_mode: inference tensors have no version
+    counter (`_version` raised "Inference tensors do not track version counter" on the first fp8 call)."""
+    with torch.inference_mode():
+        attn = copy.deepcopy(attn1_and_pe[0])
+        assert attn.q_norm.weight.is_inference()
+        bound = QKBound(attn)
+        first = bound.descale(torch.device("cpu"))
+        assert bound.descale(torch.device("cpu")) is first
+        want = attn.q_norm.weight.abs().amax() * attn.q_norm.normalized_shape[0] ** 0.5 * QK_HEADROOM / FP8_MAX
+    assert first[0].item() == pytest.approx(want.item())

@@ -95,13 +95,15 @@ class QKBound:
 
     def descale(self, device: torch.device) -> torch.Tensor | None:
         """(q's scale, k's scale), fp32 on `device`; None when the module's pre-attention is no longer
-        LTX-2's own. Eagerly kept until a norm weight changes (traced: computed in the graph)."""
+        LTX-2's own. Eagerly kept until a norm weight changes (its storage, or its version counter where
+        it has one: an inference tensor, as weights loaded under torch.inference_mode are, has none);
+        traced: computed in the graph."""
         if not STATIC_QK or not self.applies(self.module):
             return None
         if torch.compiler.is_compiling():
             return self._descale(device)
-        key = (device, *((w.data_ptr(), w._version) for n in (self.module.q_norm, self.module.k_norm)
-                         if (w := n.weight) is not None))
+        key = (device, *((w.data_ptr(), None if w.is_inference() else w._version)
+                         for n in (self.module.q_norm, self.module.k_norm) if (w := n.weight) is not None))
         if key != self._key or self._value is None:
             self._value, self._key = self._descale(device), key
         return self._value
