@@ -30,12 +30,19 @@ fusing the quantization traced as torch ops, and `kernels.adaln.ada_zero_fp8` (o
 block's edge as Inductor fuses it (the gated residual kept, the next ada_zero's fp8 rows). GB/s
 counts each tensor read or written once; rel L2 against the ops in fp32.
 
+Part 7 (`qk`), the DiT's pre-attention (q_norm, k_norm over 4096 = 32 heads x 128, then the SPLIT
+RoPE with (1, 32, T, 64) bf16 tables laid out as LTX-2 makes them) at 6144 and 24576 tokens, q and k
+of one self-attention: the ops as LTX-2 runs them eagerly, compiled by Inductor, and
+`kernels.dit_qk` (one launch for both; bf16 out, and e4m3 out with scales); then the host's time
+to issue one call, the kernel called directly and through its custom op (`ltx_tui::dit_qk`, as a
+compiled block calls it). GB/s counts q, k, the tables and the outputs once.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows,adaln] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows,adaln,qk] [--mlp-configs m128h64w8s3,...]
 """
 
 from __future__ import annotations
@@ -304,6 +311,62 @@ def adalns() -> None:
                       f"{base / t:8.2f}x {'':>9}")
 
 
+def qks() -> None:
+    """LTX-2's q/k RMSNorm + SPLIT RoPE: eager ops, Inductor, `kernels.dit_qk`; the host's issue time."""
+    import time
+
+    import backends.runtime.fast_norm  # noqa: F401  (defines ltx_tui::dit_qk)
+    from kernels import dit_qk
+
+    heads, half = 32, 64
+
+    def eager(q, k, wq, wk, cos, sin):  # rms_norm, then each head's halves rotated by its (cos, sin)
+        out = []
+        for t, w in ((q, wq), (k, wk)):
+            t = F.rms_norm(t, (t.shape[-1],), w, eps=1e-6)
+            x = t.unflatten(-1, (heads, 2, half)).transpose(1, 2)  # (B, H, T, 2, half)
+            c, s_ = cos.unsqueeze(-2), sin.unsqueeze(-2)
+            x1, x2 = x[..., :1, :], x[..., 1:, :]
+            out.append(torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -2).transpose(1, 2).flatten(-3))
+        return out
+
+    compiled = torch.compile(eager, dynamic=False)
+    print(f"{'tokens':<8} {'op':<36} {'ms':>8} {'GB/s':>8} {'vs eager':>9} {'rel L2':>9}")
+    for m in (6144, 24576):
+        q, k = (torch.randn(1, m, heads * 2 * half, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        wq, wk = (torch.rand(heads * 2 * half, device="cuda", dtype=torch.bfloat16) + 0.5 for _ in range(2))
+        ang = torch.rand(1, m, heads, half, device="cuda") * 6  # (B, T, H, half) stored, seen as (B, H, T, half)
+        cos, sin = (f(ang).to(torch.bfloat16).transpose(1, 2) for f in (torch.cos, torch.sin))
+        ref = [dit_qk.norm_rope_torch(t, w, 1e-6, (cos, sin), heads, torch.float32) for t, w in ((q, wq), (k, wk))]
+        scales = torch.stack([r.abs().amax() / 400 for r in ref])
+        moved = 2 * q.numel() * 2 + 2 * cos.numel() * 2  # q, k and the tables read
+        base = None
+        for name, fn, out_bytes in (
+                ("LTX-2's ops, eager", lambda: eager(q, k, wq, wk, cos, sin), 2),
+                ("LTX-2's ops, Inductor", lambda: compiled(q, k, wq, wk, cos, sin), 2),
+                ("kernels.dit_qk", lambda: dit_qk.qk_norm_rope(q, k, wq, wk, 1e-6, heads, (cos, sin)), 2),
+                ("kernels.dit_qk, e4m3 out", lambda: dit_qk.qk_norm_rope(q, k, wq, wk, 1e-6, heads, (cos, sin),
+                                                                          scales=scales), 1)):
+            t = bench(fn)
+            base = base or t
+            got = fn()
+            err = max(rel_l2(g.float() * (sc if g.dtype == torch.float8_e4m3fn else 1), r)
+                      for g, r, sc in zip(got, ref, scales))
+            print(f"{m:<8} {name:<36} {t:8.4f} {(moved + 2 * q.numel() * out_bytes) / t / 1e6:8.0f} "
+                  f"{base / t:8.2f}x {err:9.2e}")
+        for name, fn in (("host: kernels.dit_qk, direct", lambda: dit_qk.qk_norm_rope(q, k, wq, wk, 1e-6, heads,
+                                                                                        (cos, sin), scales=scales)),
+                         ("host: ltx_tui::dit_qk op", lambda: torch.ops.ltx_tui.dit_qk(q, k, wq, wk, 1e-6, heads, cos,
+                                                                                      sin, None, None, scales))):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(50):
+                fn()
+            issue = (time.perf_counter() - t0) / 50 * 1e6
+            torch.cuda.synchronize()
+            print(f"{m:<8} {name:<36} {issue:8.1f} us a call to issue (the GPU's time above)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
@@ -325,6 +388,8 @@ def main() -> None:
         rows()
     if "adaln" in parts:
         adalns()
+    if "qk" in parts:
+        qks()
 
 
 if __name__ == "__main__":
