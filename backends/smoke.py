@@ -267,7 +267,8 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
 
         ran, own = fast_norm.counts(model)
         if not ran:
-            raise CheckFailed(f"kernels.adaln never ran on {probe_model.label} ({own} calls took the blocks' own ops)")
+            raise CheckFailed(f"the one-pass norm kernels never ran on {probe_model.label} ({own} calls took the "
+                              f"blocks' own ops)")
     limit = bound["fp32"] if probe_model.dtype == torch.float32 else bound["half"]
     where = ", ".join(f"{n} {k}" for k, n in changed.items())
     health = report.compile_health()

@@ -18,12 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.int8_gemm import FP8_MAX
+from kernels.adaln import Refused
 from kernels.na3d_triton import interpreting
+from kernels.scale_cast import to_e4m3
 
-
-class Refused(ValueError):
-    """The arguments are not what the kernel takes; the message says which and what it needs."""
+__all__ = ["Refused", "check", "norm_rope_torch", "out_dtype", "qk_norm_rope"]
 
 
 @triton.jit
@@ -140,7 +139,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: 
         outs = [norm_rope_torch(t, w, eps, p, heads, torch.float32 if scales is not None else dtype)
                 for t, w, p in ((q, wq, pe), (k, wk, kpe))]
         if scales is not None:
-            outs = [(o / s).clamp(-FP8_MAX, FP8_MAX).to(dtype) for o, s in zip(outs, scales)]
+            outs = [to_e4m3(o, s) for o, s in zip(outs, scales)]
         return outs[0], outs[1]
     qo, ko = torch.empty(q.shape, dtype=dtype, device=q.device), torch.empty(k.shape, dtype=dtype, device=q.device)
     rows_q, rows_k = q.shape[0] * q.shape[1], k.shape[0] * k.shape[1]

@@ -8,6 +8,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.int8_gemm import FP8_MAX
+
+
+def to_e4m3(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """t / scale in float8_e4m3fn, clamped to its 448 (torch ops: a compiled graph fuses them)."""
+    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
 
 @triton.jit
 def _scale_cast(X, Y, S, N, ROW, DIVIDE: tl.constexpr, PER_ROW: tl.constexpr, BLOCK: tl.constexpr):

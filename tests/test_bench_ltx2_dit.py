@@ -91,14 +91,19 @@ BLOCK = "mod:transformer_blocks.*|BasicAVTransformerBlock"
     ("void at::native::rms_norm_kernel", under("aten::_fused_rms_norm", "aten::rms_norm", "fn:ada_zero_function"),
      ("element-wise", "RMSNorm / LayerNorm")),
     # sdpa_cudnn_fp8 under compile: its op's kernels are its quantization and cuDNN's fp8 attention
-    ("_scale_cast", under(("ltx_tui::sdpa_fp8", [[1, 6144, 32, 128]] * 3), BLOCK),
+    ("_scale_cast", under(("ltx_tui::sdpa_fp8_rows", [[1, 6144, 32, 128]] * 3), BLOCK),
      ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
-    ("void at::native::reduce_kernel<512, 1>", under("aten::linalg_vector_norm", ("ltx_tui::sdpa_fp8",
+    ("void at::native::reduce_kernel<512, 1>", under("aten::linalg_vector_norm", ("ltx_tui::sdpa_fp8_rows",
                                                      [[1, 6144, 32, 128]] * 3), BLOCK),
      ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8_knob_32_64x128x128",
-     under(("ltx_tui::sdpa_fp8", [[1, 6144, 32, 128]] * 3), BLOCK),
+     under(("ltx_tui::sdpa_fp8_rows", [[1, 6144, 32, 128]] * 3), BLOCK),
      ("attention", "video self (6144 q x 6144 kv, 32x128)")),
+    # transformer.fast_norm's kernels, compiled as custom ops
+    ("_ada_zero", under("ltx_tui::ada_zero_rows", BLOCK),
+     ("element-wise", "AdaLN norm / post_sa (kernels.adaln, one pass; the fp8 rows too where folded)")),
+    ("_qk", under("ltx_tui::dit_qk", BLOCK),
+     ("element-wise", "q/k RMSNorm + RoPE (kernels.dit_qk, one pass; e4m3 before the fp8 attention)")),
     ("Memcpy DtoD (Device -> Device)", under("aten::copy_", BLOCK), ("copies", "Memcpy")),
     ("void some_kernel", None, ("other", "not linked to a CPU op")),
 ])

@@ -103,3 +103,46 @@ def test_arguments_are_checked_up_front(calls):
         dit_qk.qk_norm_rope(q, k, w[:-1], w, 1e-6, attn.heads, pe)
     with pytest.raises(dit_qk.Refused, match="float tensor"):
         dit_qk.qk_norm_rope(q.double(), k, w, w, 1e-6, attn.heads, pe)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_e4m3_outputs_match_torchs_rounding_on_the_gpu():
+    """On the GPU (where Triton rounds to e4m3 as torch does; the interpreter does not), the fused
+    kernels' e4m3 outputs are torch's e4m3 of the same fp32 values, but for values on a rounding tie:
+    dit_qk's q/k, and fast_norm's ada_zero_rows / post_sa_rows."""
+    from backends.runtime import fast_norm  # noqa: F401  (the ltx_tui ops)
+    from kernels import adaln
+    from kernels.int8_gemm import quantize_rows_torch
+    from kernels.scale_cast import to_e4m3
+
+    def same(got, want):
+        g, w = got.float(), want.float()
+        assert got.dtype == torch.float8_e4m3fn and (g == w).float().mean() > 0.999
+        assert ((g - w).abs() <= w.abs() / 8 + 1e-3).all()  # one e4m3 step at most
+
+    g = torch.Generator("cuda").manual_seed(0)
+    heads, half = 32, 64
+    q, k = (torch.randn(1, 2048, heads * 2 * half, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    wq, wk = (torch.rand(heads * 2 * half, device="cuda", generator=g).to(torch.bfloat16) + 0.5 for _ in range(2))
+    ang = torch.rand(1, 2048, heads, half, device="cuda", generator=g) * 6
+    pe = tuple(f(ang).to(torch.bfloat16).transpose(1, 2) for f in (torch.cos, torch.sin))
+    scales = torch.tensor([0.02, 0.03], device="cuda")
+    got = dit_qk.qk_norm_rope(q, k, wq, wk, 1e-6, heads, pe, scales=scales)
+    for o, t, w, s in zip(got, (q, k), (wq, wk), scales):
+        same(o, to_e4m3(dit_qk.norm_rope_torch(t, w, 1e-6, pe, heads, torch.float32), s))
+    ops = torch.ops.ltx_tui
+    x, y = (torch.randn(1, 2048, 4096, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    scale, shift, gate = (torch.randn(1, 1, 4096, device="cuda", generator=g).to(torch.bfloat16) * 0.3
+                          for _ in range(3))
+    rows, row_scales = ops.ada_zero_rows(x, 1e-6, scale, shift)
+    want, want_scales = quantize_rows_torch(adaln.ada_zero_torch(x, 1e-6, scale, shift).view(-1, 4096),
+                                            torch.float8_e4m3fn)
+    torch.testing.assert_close(row_scales, want_scales, rtol=8e-3, atol=0)  # a row max one bf16 step apart
+    same(rows, want)
+    res, rows, row_scales = ops.post_sa_rows(x, y, None, 1e-6, gate)
+    want_res, normed = adaln.post_sa_torch(x, y, None, 1e-6, gate)
+    want, want_scales = quantize_rows_torch(normed.view(-1, 4096), torch.float8_e4m3fn)
+    torch.testing.assert_close(res, want_res)  # bf16's tolerance: an fma may round otherwise
+    torch.testing.assert_close(row_scales, want_scales, rtol=8e-3, atol=0)  # a row max one bf16 step apart
+    same(rows, want)

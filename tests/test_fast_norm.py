@@ -71,12 +71,14 @@ def test_while_compiling_the_slot_is_the_kernels_custom_op(monkeypatch):
     after it), or the block's own function for tensors the kernel refuses."""
     seen = []
     monkeypatch.setattr(fast_norm.FastPostSA, "op", staticmethod(lambda *args: seen.append(args) or "op"))
-    fast = fast_norm.FastPostSA(lambda *args: "own")
+    fast = fast_norm.FastPostSA(lambda *args: "own", traced=True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(1, 3, 8)
     assert fast(x, x, None, 1e-6, x[:, :1]) == "op" and len(seen) == 1
     assert fast(x, x.double(), None, 1e-6, x[:, :1]) == "own"
     assert (fast.runs, fast.own_runs) == (0, 0)  # counted eagerly only
+    fast.traced = False  # blocks compiled without CUDA graphs: the host's issue time would cost more
+    assert fast(x, x, None, 1e-6, x[:, :1]) == "own" and len(seen) == 1
 
 
 OPS = torch.ops.ltx_tui
@@ -112,6 +114,22 @@ def _norm_inputs():
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randn(2, 5, 48, generator=g) for _ in range(2))
     return x, y, *(torch.randn(2, 1, 48, generator=g) * 0.3 for _ in range(3))
+
+
+def test_compiled_blocks_take_the_custom_ops_only_under_cuda_graphs():
+    """The plan says so: with the block loop captured (or Inductor's CUDA graphs) the replay issues
+    nothing on the host; compiled without graphs, the blocks keep Inductor's fusion of these norms."""
+    from backends.config.plan import resolve
+    from backends.machine.presets import preset
+
+    def traced(**values):
+        plan = resolve(Profile().replace(**{"transformer.fast_norm": True, **values}), preset("h200"))
+        return plan.step("fast_norm").args["traced"]
+
+    assert traced(**{"compile.enabled": True, "compile.capture": True})
+    assert traced(**{"compile.enabled": True, "compile.mode": "reduce-overhead"})
+    assert not traced(**{"compile.enabled": True}) and not traced()
+    assert not traced(**{"compile.enabled": False, "compile.capture": True})  # eager blocks captured: no tracing
 
 
 def test_a_norm_whose_one_use_is_fp8_rows_writes_them_itself():
@@ -155,6 +173,7 @@ def test_the_profile_installs_it_and_says_where():
     assert isinstance(model.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)
     assert "on cpu the blocks' own ops run" in change.detail
     assert "one AdaLN row" in change.detail and getattr(model, timestep_rows.WRAPPED)
+    assert not model.transformer_blocks[0].post_sa_function.traced
     plain = ltx2.tiny_transformer(layers=1)
     assert apply_profile(plain, Profile(), device="cpu").change("transformer.fast_norm").action != "installed"
     assert not isinstance(plain.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)
@@ -173,7 +192,7 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
     model = ltx2.tiny_transformer(layers=1)
     quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
     quant.fuse_gelu(model)
-    fast_norm.install(model)
+    fast_norm.install(model, traced=True)
     inputs = ltx2.transformer_inputs(tokens=23, padded=0)
     block = model.transformer_blocks[0]
     eager_forward = block.forward

@@ -467,6 +467,6 @@ def test_fast_norm_says_which_norms_run_where():
     def message(cap, on=True):
         return by_option(P(transformer__fast_norm=on), cap)["transformer.fast_norm"].chain[-1].reason
 
-    assert message(preset("h100")) == "kernels.adaln's one-pass norms"
-    assert message(preset("cpu")).startswith("LTX-2's own norm ops: kernels.adaln runs on CUDA (")
+    assert message(preset("h100")) == "one-pass norms (kernels.adaln, kernels.dit_qk)"
+    assert message(preset("cpu")).startswith("LTX-2's own norm ops: the one-pass kernels run on CUDA (")
     assert message(preset("h100"), on=False) == "LTX-2's own norm ops"

@@ -426,7 +426,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("transformer.sla_topk", Kind.FLOAT, "Fraction of blocks kept by sparse attention.",
                minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_PIPELINE),
     OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",
-               runtime="installs kernels.adaln's one-pass AdaLN and post-attention norms in LTX-2's DiT blocks"),
+               runtime="installs one-pass AdaLN and post-attention norms (kernels.adaln) and q/k norm + RoPE "
+                       "(kernels.dit_qk) in LTX-2's DiT blocks"),
     _choice("compile.enabled", CompileEnabled, "torch.compile the transformer blocks: true, false, or auto (the "
             "fastest measured for the run's length, compile time counted).", runtime=_COMPILE,
             rules=("parallel.compile-barrier",),

@@ -139,9 +139,16 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                           "masked slot where it can mask) on every module with attention_function and heads",
                           ("transformer.attention",)))
     if d["transformer.fast_norm"].effective:
-        steps.append(Step("fast_norm", {}, "kernels.adaln's one-pass norms in every LTX-2 DiT block's ada_zero_function "
-                          "and post_sa_function, kernels.dit_qk's q/k norm + RoPE in its attentions' "
-                          "preattention_function (compiled: custom ops; norms write fp8-scaled-mm linears' rows)",
+        c, m = d["compile.enabled"], d["compile.mode"]
+        # compiled blocks take the kernels as custom ops only where CUDA graphs replay them: each costs
+        # the host ~0.1-0.2 ms to issue, more than Inductor's own fusion of these norms
+        traced = bool(_runs(c) and c.effective and (d["compile.capture"].effective
+                                                    or (_runs(m) and value("compile.mode", m.effective).cuda_graphs)))
+        steps.append(Step("fast_norm", {"traced": traced}, "kernels.adaln's one-pass norms in every LTX-2 DiT block's "
+                          "ada_zero_function and post_sa_function, kernels.dit_qk's q/k norm + RoPE in its attentions' "
+                          "preattention_function" + (" (compiled: custom ops, the norms writing fp8-scaled-mm linears' "
+                                                     "rows, replayed in CUDA graphs)" if traced else
+                                                     " (compiled blocks without CUDA graphs keep Inductor's fusion)"),
                           ("transformer.fast_norm",)))
     q, scope = d["transformer.quantization"], profile.transformer.quantization_scope.value
     if _runs(q) and value("transformer.quantization", q.effective).step:

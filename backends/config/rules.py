@@ -872,9 +872,10 @@ class _Resolver:
         if not self.p.transformer.fast_norm:
             self.ok("transformer.fast_norm", "LTX-2's own norm ops")
         elif self.f.cuda:
-            self.ok("transformer.fast_norm", "kernels.adaln's one-pass norms")
+            self.ok("transformer.fast_norm", "one-pass norms (kernels.adaln, kernels.dit_qk)")
         else:
-            self.ok("transformer.fast_norm", f"LTX-2's own norm ops: kernels.adaln runs on CUDA ({self.f.no_cuda_reason})")
+            self.ok("transformer.fast_norm", f"LTX-2's own norm ops: the one-pass kernels run on CUDA "
+                                             f"({self.f.no_cuda_reason})")
 
     def compile(self) -> None:
         c = self.p.compile

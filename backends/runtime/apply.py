@@ -275,13 +275,15 @@ def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
     from backends.runtime import fast_norm
 
     def apply(model, report):
-        names = fast_norm.install(model)
+        names = fast_norm.install(model, traced=step.args["traced"])
         if not names:
             report.add("transformer.fast_norm", "no target", "no module with ada_zero_function and post_sa_function "
                        "(LTX-2's DiT blocks)")
             return
         rows = timestep_rows.install(model)
-        where = ("on CUDA; compiled, a norm before fp8-scaled-mm linears writes their fp8 rows"
+        where = (("on CUDA; compiled, as custom ops replayed in CUDA graphs, a norm before fp8-scaled-mm linears "
+                  "writing their fp8 rows" if step.args["traced"] else
+                  "on CUDA; compiled blocks without CUDA graphs keep Inductor's fusion")
                  if device.type == "cuda" else
                  f"on {device} the blocks' own ops run: the kernels run on CUDA")
         report.add("transformer.fast_norm", "installed", f"kernels.adaln's one-pass ada_zero and post_sa in the "

@@ -2,7 +2,8 @@
 
 `DenseFunction(name)` follows LTX-2's DiT protocol (`AttentionCallable` and
 `MaskedAttentionCallable`): `fn(q, k, v, heads)` and `fn(q, k, v, heads, mask)` on
-(B, T, heads * head_dim) tensors, softmax scale head_dim ** -0.5, q/k cast to v's dtype. A mask
+(B, T, heads * head_dim) tensors, softmax scale head_dim ** -0.5, q/k cast to v's dtype (unless they
+come in e4m3 from a pre-attention that `static_fp8` gave the scales). A mask
 of 2 dims gets a batch dim, of 3 dims a heads dim (additive float or boolean, as SDPA takes it).
 FlashAttention 3/4 have no mask kernel and SDPA's flash backend rejects masks: for those the
 runtime leaves the masked slot as it was (`masks` is False) and says so in its report.
@@ -10,14 +11,14 @@ runtime leaves the masked slot as it was (`masks` is False) and says so in its r
 calls without a mask (`takes_fp8`: q and kv of at least `FP8_MIN_TOKENS` tokens each, head_dim
 a multiple of 16 up to 128: the DiT's video self-attention from 768x512 up), and SDPA's bf16 cuDNN
 backend on the rest, where quantizing q, k and v costs more than the fp8 kernel saves: the 126 audio
-tokens' attentions, the video-text cross-attention (1024 text tokens: at 6144 x 1024 fp8 with its
-quantization took 0.204 ms against bf16's 0.182 on the H200), distilled's stage 1 at 768x512
-(1536 tokens: 0.216 against 0.068 ms), and masked calls. So one profile gives each stage of a run
-the attention that pays at its size. Its fp8 calls hand O back through `runtime.quant.dequant_rows`
-(in a compiled block `to_out`'s fp8 GEMM reads O's e4m3 rows as they are), and on a module of LTX-2's
-own pre-attention (`for_module`) q and k go to e4m3 with static scales (`QKBound`): no reduction over
+tokens' attentions, distilled's stage 1 at 768x512 (1536 tokens: 0.216 against 0.068 ms on the
+H200), and masked calls. Its fp8 calls hand O back through `runtime.quant.dequant_rows` (in a
+compiled block `to_out`'s fp8 GEMM reads O's e4m3 rows as they are). On a module of LTX-2's own
+pre-attention (`for_module`) q and k go to e4m3 with static scales (`QKBound`): no reduction over
 them (transformer.fast_norm's pre-attention writes them in e4m3 itself). With q and k free to
-quantize, the video-text cross-attention (kv of `FP8_MIN_STATIC_KV` tokens up) takes fp8 too.
+quantize, the video-text cross-attention (kv of `FP8_MIN_STATIC_KV` tokens up) takes fp8 too; with
+amax scales it stays bf16 (1024 text tokens: at 6144 x 1024 fp8 with its quantization took 0.204 ms
+against bf16's 0.182). So one profile gives each stage of a run the attention that pays at its size.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from backends.machine.capability import import_optional
+from backends.runtime.ltx2 import is_ltx2_op
 from backends.runtime.quant import dequant_rows
 from kernels.int8_gemm import FP8_MAX
+from kernels.scale_cast import to_e4m3
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION",
                  "sdpa_efficient": "EFFICIENT_ATTENTION", "sdpa_math": "MATH"}
@@ -55,15 +58,14 @@ class AttentionUnavailable(RuntimeError):
 
 STATIC_QK = True  # bench/ltx2_dit.py's `:amax-qk` ablation turns it off
 QK_HEADROOM = 2.0  # over the bound: bf16 cos/sin tables rotate by a little more than 1
-PRE_ATTENTION = ("ltx_core.model.transformer.ops", "PytorchPreAttention")  # LTX-2 v1.2.0's own
 
 
 def ltx2_pre_attention(function, own_only: bool = False) -> bool:
-    """Whether `function` is LTX-2's own pre-attention, or (unless `own_only`) computes what it does
-    (`computes_own`, its `own`: transformer.fast_norm's one-pass kernel)."""
+    """Whether `function` is LTX-2's own pre-attention (`PytorchPreAttention`), or (unless `own_only`)
+    computes what it does (`computes_own`, its `own`: transformer.fast_norm's one-pass kernel)."""
     if not own_only and getattr(function, "computes_own", False):
         function = function.own
-    return (type(function).__module__, type(function).__name__) == PRE_ATTENTION
+    return is_ltx2_op(function, "PytorchPreAttention")
 
 
 class QKBound:
@@ -71,46 +73,35 @@ class QKBound:
     (`q_norm` / `k_norm`, `torch.nn.RMSNorm` over n features, then RoPE): an element of
     rms_norm(x) * w is at most sqrt(n) * max|w| in magnitude (its square is at most the sum of the
     n squares, n * rms(x)^2), and RoPE rotates pairs of elements, which keeps their norm. The scale
-    maps that bound x QK_HEADROOM to e4m3's 448; values still sit within e4m3's normal range (its
-    ~15 binades), so the rounding is e4m3's own, as with an amax scale."""
+    maps that bound x QK_HEADROOM to e4m3's 448. The bulk of the values sits some binades lower than
+    an amax scale would put it (for n = 4096 a unit-rms element of the largest weight at ~3.5, not
+    tens); e4m3 rounds relatively down to its smallest normal, 2^-6, so only elements ~200x below
+    that bulk lose precision (fewer than 1% for typical weights; a weight channel far above the
+    others lowers them all)."""
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
-        self._key: tuple | None = None
-        self._value: torch.Tensor | None = None
 
     @staticmethod
     def applies(module: nn.Module) -> bool:
         """Whether `module` normalises q and k as the bound needs."""
         norms = (getattr(module, "q_norm", None), getattr(module, "k_norm", None))
         return (ltx2_pre_attention(getattr(module, "preattention_function", None))
-                and all(isinstance(n, nn.RMSNorm) and len(n.normalized_shape) == 1 for n in norms))
+                and all(type(n) is nn.RMSNorm and len(n.normalized_shape) == 1 for n in norms))
 
-    def _descale(self, device: torch.device) -> torch.Tensor:
+    def descale(self, device: torch.device) -> torch.Tensor | None:
+        """(q's scale, k's scale), fp32 on `device`, from the norm weights as they are now (a few small
+        launches; inside a compiled or captured graph they are its kernels, so a weight changed in
+        place, under torch.inference_mode too, is always seen); None when the module's pre-attention
+        is no longer LTX-2's own."""
+        if not STATIC_QK or not self.applies(self.module):
+            return None
+
         def one(norm: nn.RMSNorm) -> torch.Tensor:
             w = norm.weight
             peak = torch.ones((), device=device) if w is None else w.detach().abs().amax().float().to(device)
             return peak * (math.sqrt(norm.normalized_shape[0]) * QK_HEADROOM / FP8_MAX)
         return torch.stack([one(self.module.q_norm), one(self.module.k_norm)])
-
-    def descale(self, device: torch.device) -> torch.Tensor | None:
-        """(q's scale, k's scale), fp32 on `device`; None when the module's pre-attention is no longer
-        LTX-2's own. Eagerly kept until a norm weight changes (its storage, or its version counter where
-        it has one: an inference tensor, as weights loaded under torch.inference_mode are, has none);
-        traced: computed in the graph."""
-        if not STATIC_QK or not self.applies(self.module):
-            return None
-        if torch.compiler.is_compiling():
-            return self._descale(device)
-        key = (device, *((w.data_ptr(), None if w.is_inference() else w._version)
-                         for n in (self.module.q_norm, self.module.k_norm) if (w := n.weight) is not None))
-        if key != self._key or self._value is None:
-            self._value, self._key = self._descale(device), key
-        return self._value
-
-
-def _e4m3(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
 class DenseFunction:
@@ -150,10 +141,11 @@ class DenseFunction:
     def static_fp8(self, q: torch.Tensor, k: torch.Tensor, heads: int, mask: torch.Tensor | None) -> torch.Tensor | None:
         """`QKBound`'s (q, k) scales where this call (q, k: (B, T, heads * head_dim)) takes the fp8 path
         with them; a pre-attention that gets them hands q and k over in e4m3, so scaled."""
-        d, rem = divmod(q.shape[-1], heads)
-        if (self._qk is None or mask is not None or rem or d % 16 or d > 128
-                or not takes_fp8(q.shape[1], k.shape[1], static_qk=True)):
+        if self._qk is None or mask is not None or q.shape[-1] % heads or k.shape[-1] != q.shape[-1]:
             return None
+        qv, kv = (t.unflatten(-1, (heads, -1)) for t in (q, k))
+        if self._fp8.tensors_reason(qv, kv, kv) or not takes_fp8(q.shape[1], k.shape[1], static_qk=True):
+            return None  # v is k's shape and q's dtype in LTX-2's attention
         return self._qk.descale(q.device)
 
     @property
@@ -183,7 +175,7 @@ class DenseFunction:
         if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1], qk is not None)
                 and self._fp8.tensors_reason(q, k, v, e4m3) is None):
             if qk is not None and not e4m3 and torch.compiler.is_compiling():  # Inductor fuses it into the norm
-                q, k = _e4m3(q, qk[0]), _e4m3(k, qk[1])
+                q, k = to_e4m3(q, qk[0]), to_e4m3(k, qk[1])
             out, rows = self._fp8.sdpa_fp8_rows_op(q, k, v, qk)
             return dequant_rows(out.view(-1, inner), rows, v.dtype).view(b, -1, inner)
         if e4m3:

@@ -8,12 +8,15 @@ ltx_core/model/transformer/ops.py). Where a slot holds LTX-2's own function, `in
 call's tensors fit them (`counts` says how often they did). Before an `sdpa_cudnn_fp8` attention
 that takes the call in fp8 with static q/k scales (`dense_attention.QKBound`), the pre-attention
 writes q and k in e4m3 itself.
-While torch.compile traces, each is one custom op (`ltx_tui::ada_zero`, `ltx_tui::post_sa`,
+While torch.compile traces a block whose graph CUDA graphs replay (`traced`: each custom op costs
+the host ~0.1-0.2 ms a call to issue, more than it saves elsewhere; otherwise the block's own ops run
+and Inductor fuses them), each is one custom op (`ltx_tui::ada_zero`, `ltx_tui::post_sa`,
 `ltx_tui::dit_qk`); the first two
 `runtime.shared_rows` merges with the fp8 row quantization an fp8-scaled-mm linear makes of its
 output (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`: the norm writes the linear's e4m3 rows
-and their scales, never the bf16 rows). The block's own function runs instead off CUDA, and for
-tensors the kernels refuse (a modulation in another dtype than x, a non-contiguous x). The profile
+and their scales, never the bf16 rows); off CUDA the ops compute the same with torch. Eagerly, the
+block's own function runs instead off CUDA; and for tensors the kernels refuse (a modulation in
+another dtype than x, a non-contiguous x) it runs in both cases. The profile
 step also installs `runtime.timestep_rows` (as compile does): the modulation read from one row
 where a modality's timesteps are equal across its tokens.
 """
@@ -26,8 +29,9 @@ import torch
 import torch.nn as nn
 
 from backends.runtime.dense_attention import DenseFunction, ltx2_pre_attention
+from backends.runtime.ltx2 import is_ltx2_op
 from kernels import adaln, dit_qk
-from kernels.int8_gemm import quantize_rows_torch
+from kernels.int8_gemm import quantize_rows
 from kernels.na3d_triton import interpreting
 
 SLOTS = ("ada_zero_function", "post_sa_function")
@@ -38,8 +42,8 @@ def _on_kernels(x: torch.Tensor) -> bool:
     return x.is_cuda or interpreting()
 
 
-def _rows_torch(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return quantize_rows_torch(out.reshape(-1, out.shape[-1]), torch.float8_e4m3fn)
+def _rows(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_rows(out.reshape(-1, out.shape[-1]), torch.float8_e4m3fn)
 
 
 @torch.library.custom_op("ltx_tui::ada_zero", mutates_args=())
@@ -57,7 +61,7 @@ def _ada_zero_rows_op(x: torch.Tensor, eps: float, scale: torch.Tensor,
                       shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if _on_kernels(x):
         return adaln.ada_zero_fp8(x, eps, scale, shift)[:2]
-    return _rows_torch(adaln.ada_zero_torch(x, eps, scale, shift))
+    return _rows(adaln.ada_zero_torch(x, eps, scale, shift))
 
 
 @_ada_zero_rows_op.register_fake
@@ -83,7 +87,7 @@ def _post_sa_rows_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
     if _on_kernels(x):
         return adaln.post_sa_fp8(x, y, weight, eps, gate)
     res, normed = adaln.post_sa_torch(x, y, weight, eps, gate)
-    return (res, *_rows_torch(normed))
+    return (res, *_rows(normed))
 
 
 @_post_sa_rows_op.register_fake
@@ -108,18 +112,22 @@ def _dit_qk_fake(q, k, wq, wk, eps, heads, cos, sin, k_cos, k_sin, scales):
 
 class _Fast:
     """A kernel for one slot, with the block's own function as the fallback; `runs` / `own_runs`
-    count the eager calls each took. Traced (torch.compile), the slot is the kernel's custom op."""
+    count the eager calls each took. Traced (torch.compile), the slot is the kernel's custom op if
+    `traced`, else the block's own function."""
 
     kernel: Callable = None
     op: Callable = None
     check: Callable = None  # the kernel's argument checks (raise adaln.Refused)
 
-    def __init__(self, own: Callable) -> None:
+    def __init__(self, own: Callable, traced: bool = False) -> None:
         self.own = own
+        self.traced = traced
         self.runs = self.own_runs = 0
 
     def __call__(self, *args):
         if torch.compiler.is_compiling():
+            if not self.traced:
+                return self.own(*args)
             try:
                 type(self).check(*args)
             except adaln.Refused:
@@ -159,12 +167,6 @@ class FastPostSA(_Fast):
 # LTX-2 v1.2.0's own functions of the slots (ltx_core/model/transformer/ops.py): what the kernels compute.
 # Another function there (LTX-2's fp8-blockwise ops return quantized tensors) is left alone.
 OWN = {"ada_zero_function": "PytorchAdaZeroFunction", "post_sa_function": "PytorchPostSAFunction"}
-OPS_MODULE = "ltx_core.model.transformer.ops"
-
-
-def _ltx2_own(function: Callable, slot: str) -> bool:
-    cls = type(function)
-    return cls.__name__ == OWN[slot] and cls.__module__ == OPS_MODULE
 
 
 class FastPreAttention(_Fast):
@@ -178,7 +180,7 @@ class FastPreAttention(_Fast):
     def _args(q, k, attn, mask, pe, k_pe) -> tuple:
         """The kernel's arguments for this call (raises adaln.Refused where it does not fit)."""
         norms = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
-        if not all(isinstance(n, nn.RMSNorm) and n.normalized_shape == (q.shape[-1],) for n in norms):
+        if not all(type(n) is nn.RMSNorm and n.normalized_shape == (q.shape[-1],) for n in norms):
             raise adaln.Refused("q_norm and k_norm must be RMSNorms over q's last dimension")
         if norms[0].eps is None or norms[0].eps != norms[1].eps:
             raise adaln.Refused("q_norm and k_norm must share one eps")
@@ -190,9 +192,11 @@ class FastPreAttention(_Fast):
         return norms[0].weight, norms[1].weight, norms[0].eps, attn.heads, pe, k_pe, scales
 
     def __call__(self, q, k, attn, mask, pe, k_pe):
+        if torch.compiler.is_compiling() and not self.traced:
+            return self.own(q, k, attn, mask, pe, k_pe)
         try:
             wq, wk, eps, heads, pe_, k_pe_, scales = self._args(q, k, attn, mask, pe, k_pe)
-        except (adaln.Refused, dit_qk.Refused):
+        except adaln.Refused:
             if not torch.compiler.is_compiling():
                 self.own_runs += 1
             return self.own(q, k, attn, mask, pe, k_pe)
@@ -212,20 +216,24 @@ def blocks_with_slots(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if all(callable(getattr(m, s, None)) for s in SLOTS)]
 
 
-def install(model: nn.Module) -> list[str]:
+def install(model: nn.Module, traced: bool = False) -> list[str]:
     """Put `FastAdaZero` / `FastPostSA` in every block slot, and `FastPreAttention` in every attention
-    slot of those blocks, that holds LTX-2's own function (once); returns the names of the blocks that
-    have their norm slots."""
+    slot of those blocks, that holds LTX-2's own function (once; `traced` set on all of them); returns
+    the names of the blocks that have their norm slots."""
     names = []
     for name in blocks_with_slots(model):
         block = model.get_submodule(name)
         for slot, fast in zip(SLOTS, (FastAdaZero, FastPostSA)):
             own = getattr(block, slot)
-            if _ltx2_own(own, slot):
+            if is_ltx2_op(own, OWN[slot]):
                 setattr(block, slot, fast(own))
         for attn in block.modules():
             if ltx2_pre_attention(getattr(attn, ATTENTION_SLOT, None), own_only=True):
                 setattr(attn, ATTENTION_SLOT, FastPreAttention(getattr(attn, ATTENTION_SLOT)))
+        for m in block.modules():
+            for slot in (*SLOTS, ATTENTION_SLOT):
+                if isinstance(f := getattr(m, slot, None), _Fast):
+                    f.traced = traced
         if all(isinstance(getattr(block, s), _Fast) for s in SLOTS):
             names.append(name)
     return names

@@ -45,6 +45,15 @@ def import_ltx_core() -> tuple[Any, str | None]:
     return import_from_src("ltx_core", ENV, HOW)
 
 
+OPS_MODULE = "ltx_core.model.transformer.ops"  # LTX-2 v1.2.0's own DiT block ops (TransformerOpsConfig's)
+
+
+def is_ltx2_op(function: Any, name: str) -> bool:
+    """Whether `function` is an instance of LTX-2's own block op class `name` (e.g. PytorchPreAttention)."""
+    cls = type(function)
+    return cls.__name__ == name and cls.__module__ == OPS_MODULE
+
+
 def is_diffusion_decoder(model: nn.Module) -> bool:
     """Whether `model` is LTX-2's DiffusionVideoDecoder (checked without importing ltx_core)."""
     return any(c.__name__ == "DiffusionVideoDecoder" and c.__module__.startswith("ltx_core.")
