@@ -626,6 +626,8 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
         return "quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization"
     if low.startswith(("_ada_zero", "_post_sa")):
         return "element-wise", "AdaLN norm / post_sa (kernels.adaln, one pass; the fp8 rows too where folded)"
+    if low == "_qk" or any(n == "ltx_tui::dit_qk" for n in op_names):
+        return "element-wise", "q/k RMSNorm + RoPE (kernels.dit_qk, one pass; e4m3 before the fp8 attention)"
     if not fused and (ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names)):
         return "attention", _attention_kind(ops, dims)
     gemm = None if fused else next((o for o in ops if o.name in GEMM_OPS), None)
