@@ -105,6 +105,29 @@ def _item(node: Any, op: Any, index: int) -> Any:
     return None
 
 
+def _plain_rows(graph: torch.fx.Graph):
+    """(node, what it quantizes through views) for each `fp8_rows` without the GELU, in graph order."""
+    rows = torch.ops.ltx_tui.fp8_rows.default
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is rows and node.args[1:] == (False,) and not node.kwargs:
+            base = node.args[0]
+            while _is_view(base):
+                base = base.args[0]
+            if isinstance(base, torch.fx.Node):
+                yield node, base
+
+
+def _hand_over(graph: torch.fx.Graph, node: torch.fx.Node, q: Any, scale: Any) -> None:
+    """The users of `fp8_rows` node `node` (its getitem 0, the rows, and 1, their scales) take `q` and
+    `scale`; the node and what only it read go."""
+    for user in list(node.users):
+        user.replace_all_uses_with(q if user.args[1] == 0 else scale)
+        graph.erase_node(user)
+    read = node.args[0]
+    graph.erase_node(node)
+    _erase_dead(graph, read)
+
+
 ENABLED = True  # bench/ltx2_dit.py's `:unshared` ablation turns it off
 FOLD = True  # bench/ltx2_dit.py's `:unfolded` ablation turns the folding of dequantized rows and norms off
 
@@ -123,24 +146,13 @@ class SharedRows(CustomGraphPass):
 
     @staticmethod
     def _fold(graph: torch.fx.Graph) -> None:
-        rows, dequant = torch.ops.ltx_tui.fp8_rows.default, torch.ops.ltx_tui.fp8_dequant_rows.default
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not rows or node.args[1:] != (False,) or node.kwargs:
-                continue
-            base = node.args[0]
-            while _is_view(base):
-                base = base.args[0]
+        dequant = torch.ops.ltx_tui.fp8_dequant_rows.default
+        for node, base in _plain_rows(graph):
             if not (isinstance(base, torch.fx.Node) and base.target is dequant):
                 continue
             q, scale = base.args[:2]
-            if _shape(q) is None or _shape(q) != _shape(node.args[0]):
-                continue
-            for user in list(node.users):  # getitem 0 (the rows) and 1 (their scales)
-                user.replace_all_uses_with(q if user.args[1] == 0 else scale)
-                graph.erase_node(user)
-            read = node.args[0]
-            graph.erase_node(node)
-            _erase_dead(graph, read)
+            if _shape(q) is not None and _shape(q) == _shape(node.args[0]):
+                _hand_over(graph, node, q, scale)
 
     @staticmethod
     def _share(graph: torch.fx.Graph) -> None:
@@ -161,19 +173,11 @@ class SharedRows(CustomGraphPass):
     @staticmethod
     def _fold_norms(graph: torch.fx.Graph) -> None:
         ops = torch.ops.ltx_tui
-        rows = ops.fp8_rows.default
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not rows or node.args[1:] != (False,) or node.kwargs:
-                continue
-            base = node.args[0]
-            while _is_view(base):
-                base = base.args[0]
+        for node, base in _plain_rows(graph):
             x_shape = _shape(base)
-            if x_shape is None or _shape(node.args[0]) != (_rows_of(x_shape), x_shape[-1]):
+            if x_shape is None or _shape(node.args[0]) != (_rows_of(x_shape), x_shape[-1]) or not _only_use(base, node):
                 continue
-            if not _only_use(base, node):
-                continue
-            if isinstance(base, torch.fx.Node) and base.target is ops.ada_zero.default:
+            if base.target is ops.ada_zero.default:
                 q, scale = _call(graph, ops.ada_zero_rows.default, base)
             elif ((post := _item(base, ops.post_sa.default, 1)) is not None
                   and all(u is base or u.args[1] == 0 for u in post.users)):
@@ -184,12 +188,7 @@ class SharedRows(CustomGraphPass):
                         graph.erase_node(user)
             else:
                 continue
-            for user in list(node.users):
-                user.replace_all_uses_with(q if user.args[1] == 0 else scale)
-                graph.erase_node(user)
-            read = node.args[0]
-            graph.erase_node(node)
-            _erase_dead(graph, read)
+            _hand_over(graph, node, q, scale)
 
     def uuid(self) -> Any:
         return get_hash_for_files((__file__,), repr((ENABLED, FOLD)))
