@@ -171,9 +171,10 @@ class DenseFunction:
             out = self._flash(q, k, v)
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, -1, inner)
-        qk = None if self._fp8 is None or self._qk is None or mask is not None else self._qk.descale(q.device)
-        if (self._fp8 is not None and mask is None and takes_fp8(q.shape[1], k.shape[1], qk is not None)
-                and self._fp8.tensors_reason(q, k, v, e4m3) is None):
+        fp8 = self._fp8 is not None and mask is None
+        qk = (self._qk.descale(q.device) if fp8 and self._qk is not None
+              and takes_fp8(q.shape[1], k.shape[1], static_qk=True) else None)
+        if fp8 and takes_fp8(q.shape[1], k.shape[1], qk is not None) and self._fp8.tensors_reason(q, k, v, e4m3) is None:
             if qk is not None and not e4m3 and torch.compiler.is_compiling():  # Inductor fuses it into the norm
                 q, k = to_e4m3(q, qk[0]), to_e4m3(k, qk[1])
             out, rows = self._fp8.sdpa_fp8_rows_op(q, k, v, qk)
