@@ -8,15 +8,14 @@ ltx_core/model/transformer/ops.py). Where a slot holds LTX-2's own function, `in
 call's tensors fit them (`counts` says how often they did). Before an `sdpa_cudnn_fp8` attention
 that takes the call in fp8 with static q/k scales (`dense_attention.QKBound`), the pre-attention
 writes q and k in e4m3 itself.
-While torch.compile traces a block whose graph CUDA graphs replay (`traced`: each custom op costs
-the host ~0.1-0.2 ms a call to issue, more than it saves elsewhere; otherwise the block's own ops run
-and Inductor fuses them), each is one custom op (`ltx_tui::ada_zero`, `ltx_tui::post_sa`,
-`ltx_tui::dit_qk`); the first two
-`runtime.shared_rows` merges with the fp8 row quantization an fp8-scaled-mm linear makes of its
-output (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`: the norm writes the linear's e4m3 rows
-and their scales, never the bf16 rows); off CUDA the ops compute the same with torch. Eagerly, the
-block's own function runs instead off CUDA; and for tensors the kernels refuse (a modulation in
-another dtype than x, a non-contiguous x) it runs in both cases. The profile
+In a compiled block whose graph CUDA graphs replay (`traced`) each slot is one custom op
+(`ltx_tui::ada_zero`, `ltx_tui::post_sa`, `ltx_tui::dit_qk`), and `runtime.shared_rows` merges the
+first two with the fp8 row quantization an fp8-scaled-mm linear makes of their output
+(`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`: the norm writes the linear's e4m3 rows and their
+scales, never the bf16 rows); off CUDA the ops compute the same with torch. A compiled block without
+CUDA graphs runs the block's own ops, which Inductor fuses (a custom op costs the host 0.1-0.2 ms a
+call to issue). Eagerly the block's own function runs off CUDA; for tensors the kernels refuse (a
+modulation in another dtype than x, a non-contiguous x) it runs in every case. The profile
 step also installs `runtime.timestep_rows` (as compile does): the modulation read from one row
 where a modality's timesteps are equal across its tokens.
 """

@@ -23,6 +23,7 @@ other op), unless another pass is there.
 
 from __future__ import annotations
 
+import math
 import operator
 from contextlib import nullcontext
 from typing import Any
@@ -50,13 +51,6 @@ def _source(node: Any) -> Any:
 def _shape(node: Any) -> tuple | None:
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return tuple(val.shape) if isinstance(val, torch.Tensor) else None
-
-
-def _rows_of(shape: tuple) -> int:
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n
 
 
 def _erase_dead(graph: torch.fx.Graph, node: Any) -> None:
@@ -175,7 +169,7 @@ class SharedRows(CustomGraphPass):
         ops = torch.ops.ltx_tui
         for node, base in _plain_rows(graph):
             x_shape = _shape(base)
-            if x_shape is None or _shape(node.args[0]) != (_rows_of(x_shape), x_shape[-1]) or not _only_use(base, node):
+            if x_shape is None or _shape(node.args[0]) != (math.prod(x_shape[:-1]), x_shape[-1]) or not _only_use(base, node):
                 continue
             if base.target is ops.ada_zero.default:
                 q, scale = _call(graph, ops.ada_zero_rows.default, base)
