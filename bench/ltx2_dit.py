@@ -172,6 +172,8 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
     "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
+    "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),
+    "cudnn-few-q": ("few-query calls on cuDNN", "backends.runtime.dense_attention", "FEW_QUERIES", 10**9),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
     "autotune": ("Inductor GEMM autotuning", "torch._inductor.config", "max_autotune_gemm", True),
@@ -624,6 +626,8 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     if "_scale_cast" in low or (any("sdpa_fp8" in n for n in op_names)
                                 and any("vector_norm" in n for n in op_names)):
         return "quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization"
+    if low.startswith("_add_ada_zero"):
+        return "element-wise", "residual add + AdaLN norm(s) + fp8 rows (kernels.adaln, one pass)"
     if low.startswith(("_ada_zero", "_post_sa")):
         return "element-wise", "AdaLN norm / post_sa (kernels.adaln, one pass; the fp8 rows too where folded)"
     if low == "_qk" or any(n == "ltx_tui::dit_qk" for n in op_names):
@@ -822,7 +826,39 @@ def breakdown(args, model, dims: dict, tokens: int, device, dtype, compiled: boo
         ms = sum(cats.values())
         cat = cats.most_common(1)[0][0]
         print(f"  {name[:70]:<70} {ms:9.2f} {100 * ms / total:5.1f}% {calls[name]:8d}  {cat[0]}: {cat[1][:60]}")
+    if cuda and timeline and args.block_kernels:
+        print_block(timeline)
     print(flush=True)
+
+
+def _period(names: list[str]) -> int:
+    """The length of the run of kernel names that repeats from the middle of the forward (one block)."""
+    mid = len(names) // 2
+    for p in range(8, len(names) // 3):
+        if names[mid:mid + p] == names[mid + p:mid + 2 * p]:
+            return p
+    return 0
+
+
+def print_block(timeline) -> None:
+    """One block's kernels from the middle of the device timeline, in launch order."""
+    seq = sorted(timeline, key=lambda e: e.time_range.start)
+    names = [e.name for e in seq]
+    p = _period(names)
+    if not p:
+        print("\nblock kernels: no repeating block found in the timeline")
+        return
+    mid = len(seq) // 2
+    block = seq[mid:mid + p]
+    busy = sum(e.time_range.end - e.time_range.start for e in block)
+    span = block[-1].time_range.end - block[0].time_range.start
+    print(f"\none block's kernels (from the middle of the forward: {p} kernels, {busy / 1000:.3f} ms busy in a "
+          f"{span / 1000:.3f} ms span)\n{'#':>3} {'us':>8} {'gap us':>7}  kernel")
+    prev = None
+    for i, e in enumerate(block):
+        gap = "" if prev is None else f"{e.time_range.start - prev:7.1f}"
+        print(f"{i:3d} {e.time_range.end - e.time_range.start:8.1f} {gap:>7}  {e.name[:100]}")
+        prev = e.time_range.end
 
 
 # --- the parent: one child per variant, the table ---------------------------------------------
@@ -834,6 +870,8 @@ def child_argv(args, key: str, ref: str | None, write_ref: bool, breakdown_child
             "--seed", str(args.seed), "--repeat", str(args.repeat), "--warmup", str(args.warmup),
             "--audio-tokens", str(args.audio_tokens), "--text-tokens", str(args.text_tokens),
             "--text-padding", str(args.text_padding)]
+    if args.block_kernels:
+        argv.append("--block-kernels")
     if ref:
         argv += ["--ref", ref]
     if write_ref:
@@ -883,6 +921,8 @@ def main() -> int:
     parser.add_argument("--per-tokens", action="store_true",
                         help="a process per (variant, token count), not one per variant")
     parser.add_argument("--breakdown", metavar="VARIANT", help="profile one forward of this variant instead")
+    parser.add_argument("--block-kernels", action="store_true",
+                        help="with --breakdown: list one block's kernels in launch order (duration, gap before)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--ref", help=argparse.SUPPRESS)
     parser.add_argument("--write-ref", action="store_true", help=argparse.SUPPRESS)

@@ -78,6 +78,44 @@ def _post_sa(X, Y, GATE, W, RES, NORMED, S, T, D, eps, sb_gate, st_gate, HAS_W: 
     tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
 
 
+@triton.jit
+def _modulated_rows(n, SCALE, SHIFT, sc_off, sh_off, d, m, Q, S, row, D, QMAX: tl.constexpr, dtype: tl.constexpr):
+    """The fp8 rows (and their scale) of n * (1 + scale) + shift as rounded to `dtype`."""
+    scale = tl.load(SCALE + sc_off + d, mask=m, other=0.0).to(tl.float32)
+    shift = tl.load(SHIFT + sh_off + d, mask=m, other=0.0).to(tl.float32)
+    y = (n * (1.0 + scale) + shift).to(dtype).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(y), 0), 1e-12) / QMAX
+    tl.store(Q + row * D + d, (y / s).to(Q.dtype.element_ty), mask=m)
+    tl.store(S + row, s)
+
+
+@triton.jit
+def _add_ada_zero(X, Y, G1, G2, SC1, SH1, SC2, SH2, RES, Q1, S1, Q2, S2, T, D, eps,
+                  g1b, g1t, g1d, g2b, g2t, g2d, s1b, s1t, h1b, h1t, s2b, s2t, h2b, h2t,
+                  GATES: tl.constexpr, TWO: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
+    """RES = x + y * gates (their product, in fp32) and the fp8 rows of ada_zero(RES) for one or two
+    (scale, shift) pairs (Q1/S1, Q2/S2), from the residual as stored."""
+    row = tl.program_id(0).to(tl.int64)
+    b, t = row // T, row % T
+    d = tl.arange(0, BLOCK)
+    m = d < D
+    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
+    y = tl.load(Y + row * D + d, mask=m, other=0.0).to(tl.float32)
+    if GATES >= 1:
+        y = y * tl.load(G1 + b * g1b + t * g1t + d * g1d, mask=m, other=0.0).to(tl.float32)
+    if GATES >= 2:
+        y = y * tl.load(G2 + b * g2b + t * g2t + d * g2d, mask=m, other=0.0).to(tl.float32)
+    res = (x + y).to(RES.dtype.element_ty)
+    tl.store(RES + row * D + d, res, mask=m)
+    r = res.to(tl.float32)
+    n = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
+    _modulated_rows(n, SC1, SH1, b * s1b + t * s1t, b * h1b + t * h1t, d, m, Q1, S1, row, D, QMAX,
+                    RES.dtype.element_ty)
+    if TWO:
+        _modulated_rows(n, SC2, SH2, b * s2b + t * s2t, b * h2b + t * h2t, d, m, Q2, S2, row, D, QMAX,
+                        RES.dtype.element_ty)
+
+
 def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[tuple[int, int]]:
     """Check the arguments; per modulation tensor, its (batch, token) strides over x's (B, T, D)."""
     if x.dim() != 3:
@@ -195,3 +233,66 @@ def post_sa_fp8(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, e
     q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
     return _launch_post_sa(x, y, weight, eps, gate, g, q, s), q, s
+
+
+def add_ada_zero_torch(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], eps: float,
+                       scales: list[torch.Tensor], shifts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """[x + y * gates, ada_zero of that for each (scale, shift)] in fp32, each rounded once to x's dtype."""
+    yf = y.float()
+    for g in gates:
+        yf = yf * g.float()
+    res = (x.float() + yf).to(x.dtype)
+    return [res, *(ada_zero_torch(res, eps, sc, sh) for sc, sh in zip(scales, shifts))]
+
+
+def check_add_ada_zero(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], scales: list[torch.Tensor],
+                       shifts: list[torch.Tensor], name: str = "add_ada_zero") -> tuple[list, list]:
+    """Check add_ada_zero's arguments; each gate's (batch, token, dim) strides over x's (B, T, D), and
+    each scale's and shift's (batch, token) strides."""
+    mods = _rows(x, name, *((f"scale {i}", t) for i, t in enumerate(scales)),
+                 *((f"shift {i}", t) for i, t in enumerate(shifts)))
+    if y.shape != x.shape or not y.is_contiguous() or y.device != x.device or y.dtype != x.dtype:
+        raise Refused(f"{name}: y must be contiguous, on x's device, of x's shape {tuple(x.shape)} and dtype, "
+                      f"got {tuple(y.shape)} {y.dtype}")
+    if not 1 <= len(scales) == len(shifts) <= 2 or len(gates) > 2:
+        raise Refused(f"{name}: takes one or two (scale, shift) pairs and up to two gates, got {len(scales)} "
+                      f"scales, {len(shifts)} shifts, {len(gates)} gates")
+    strides = []
+    for g in gates:
+        try:
+            view = g.expand_as(x)
+        except RuntimeError:
+            raise Refused(f"{name}: a gate of shape {tuple(g.shape)} does not broadcast to x's "
+                          f"{tuple(x.shape)}") from None
+        if g.device != x.device or not g.is_floating_point():
+            raise Refused(f"{name}: a gate must be a floating tensor on x's device (got {g.dtype} on {g.device})")
+        strides.append(view.stride())
+    return strides, mods
+
+
+def add_ada_zero_fp8(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], eps: float,
+                     scales: list[torch.Tensor], shifts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The residual add before an AdaLN and the norm's fp8 rows, in one pass (CUDA or the interpreter):
+    [x + y * gates (B, T, D) in x's dtype, then per (scale, shift): q (B*T, D) float8_e4m3fn, its row
+    scales (B*T,) fp32], what `quantize_rows(ada_zero(x + y * gates, ...))` gives for each."""
+    g, mods = check_add_ada_zero(x, y, gates, scales, shifts, "add_ada_zero_fp8")
+    if not (x.is_cuda or interpreting()):
+        raise ValueError("add_ada_zero_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
+    b, t, d = x.shape
+    two = len(scales) == 2
+    res = torch.empty_like(x)
+    out = [res]
+    for _ in scales:
+        out += [torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device),
+                torch.empty((b * t,), dtype=torch.float32, device=x.device)]
+    q2, s2 = (out[3], out[4]) if two else (out[1], out[2])
+    k = len(scales)
+    sc, sh = mods[:k], mods[k:]
+    gp = [*gates, x, x][:2]
+    gs = [*g, (0, 0, 0), (0, 0, 0)][:2]
+    pairs = [(sc[0], sh[0]), (sc[-1], sh[-1])]
+    _add_ada_zero[(b * t,)](x, y, *gp, scales[0], shifts[0], scales[-1], shifts[-1], res, out[1], out[2], q2, s2,
+                            t, d, float(eps), *gs[0], *gs[1], *pairs[0][0], *pairs[0][1], *pairs[1][0], *pairs[1][1],
+                            GATES=len(gates), TWO=two, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d),
+                            num_warps=8 if d >= 4096 else 4)
+    return out

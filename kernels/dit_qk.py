@@ -7,7 +7,8 @@ two halves x1, x2, and with the table entries c = cos[b, h, t, j], s = sin[b, h,
 j, out1 = x1 c - x2 s and out2 = x2 c + x1 s. Eagerly, and as Inductor compiles it, that is several
 passes over q and k through transposed views (the tables are (B, heads, T, head_dim / 2)). Here a
 program takes one token's row of q or of k (one launch for both), reads it and the token's table
-rows once, computes in fp32 and writes once: in the dtype LTX-2's ops would give (q's, promoted with
+rows once (q's and k's programs of one token side by side where they share the tables, so the second
+reads them from L2), computes in fp32 and writes once: in the dtype LTX-2's ops would give (q's, promoted with
 the tables'), or, given scales, in float8_e4m3fn (x / scale, clamped to 448) for cuDNN's fp8
 attention (`runtime.dense_attention.QKBound`).
 """
@@ -56,9 +57,16 @@ def _row(X, W, COS, SIN, OUT, SCALE, row, T, eps, sb, sh, st, H: tl.constexpr, H
 @triton.jit
 def _qk(Q, K, WQ, WK, QCOS, QSIN, KCOS, KSIN, QOUT, KOUT, SCALES, ROWS_Q, TQ, TK, eps,
         qsb, qsh, qst, ksb, ksh, kst, H: tl.constexpr, HD2: tl.constexpr, ROPE: tl.constexpr,
-        FP8: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_J: tl.constexpr):
+        FP8: tl.constexpr, SHARED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_J: tl.constexpr):
     pid = tl.program_id(0)
-    if pid < ROWS_Q:
+    if SHARED:  # q and k of one token side by side: the second reads the token's table rows from L2
+        if pid % 2 == 0:
+            _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid // 2, TQ, eps, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H,
+                 BLOCK_J)
+        else:
+            _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid // 2, TK, eps, ksb, ksh, kst, H, HD2, ROPE, FP8,
+                 BLOCK_H, BLOCK_J)
+    elif pid < ROWS_Q:
         _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid, TQ, eps, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H, BLOCK_J)
     else:
         _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid - ROWS_Q, TK, eps, ksb, ksh, kst, H, HD2, ROPE, FP8,
@@ -151,6 +159,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: 
         _qk[(rows_q + rows_k,)](q, k, wq, wk, qcos, qsin, kcos, ksin, qo, ko, q if scales is None else scales,
                                 rows_q, q.shape[1], k.shape[1], float(eps), qsb, qsh, qst, ksb, ksh, kst,
                                 H=heads, HD2=half, ROPE=rope, FP8=scales is not None,
+                                SHARED=rope and rows_q == rows_k and kpe is pe,
                                 BLOCK_H=triton.next_power_of_2(heads), BLOCK_J=triton.next_power_of_2(half),
                                 num_warps=8 if q.shape[-1] >= 4096 else 4)
     return qo, ko

@@ -125,3 +125,39 @@ def test_post_sa_fp8_is_post_sa_then_its_norms_row_quantization(weighted):
     assert torch.equal(q.float(), want_q.float())
     with pytest.raises(ValueError, match="post_sa_fp8: y must be"):
         adaln.post_sa_fp8(x, x[:, :-1], None, 1e-6, gate)
+
+
+@pytest.mark.parametrize("gates, norms", [(0, 1), (1, 2), (2, 1), (2, 2)])
+def test_add_ada_zero_fp8_is_the_residual_add_then_ada_zero_fp8(gates, norms):
+    """One pass: x + y * gates (LTX-2's gate (B, 1, D) and perturbation mask (B, 1, 1)) as stored, and the
+    fp8 rows of ada_zero of it for each (scale, shift): what ada_zero_fp8 makes of the stored sum."""
+    x, scale, shift, gate = inputs(torch.float16, t=6, d=40)
+    g = torch.Generator().manual_seed(1)
+    y = torch.randn(x.shape, generator=g).half()
+    mask = torch.tensor([1.0, 0.0]).half().view(2, 1, 1)
+    factors = [gate, mask][:gates]
+    pairs = [(scale, shift), (shift * 0.5, scale)][:norms]
+    res, *rows = adaln.add_ada_zero_fp8(x, y, factors, 1e-6, [p[0] for p in pairs], [p[1] for p in pairs])
+    want = y.float()
+    for f in factors:
+        want = want * f.float()
+    torch.testing.assert_close(res, (x.float() + want).half(), rtol=0, atol=0)
+    assert len(rows) == 2 * norms
+    for (sc, sh), q, s in zip(pairs, rows[::2], rows[1::2]):
+        want_q, want_s, _ = adaln.ada_zero_fp8(res, 1e-6, sc, sh)
+        assert q.dtype == torch.float8_e4m3fn and q.shape == (12, 40)
+        torch.testing.assert_close(s, want_s, rtol=0, atol=0)
+        assert torch.equal(q.float(), want_q.float())
+    torch_res, *normed = adaln.add_ada_zero_torch(x, y, factors, 1e-6, [p[0] for p in pairs], [p[1] for p in pairs])
+    torch.testing.assert_close(torch_res, res, rtol=0, atol=1e-3)
+    assert len(normed) == norms
+
+
+def test_add_ada_zero_checks_its_arguments_up_front():
+    x, scale, shift, gate = inputs(torch.float32)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        adaln.add_ada_zero_fp8(x, x, [gate[..., :-1]], 1e-6, [scale], [shift])
+    with pytest.raises(ValueError, match="one or two"):
+        adaln.add_ada_zero_fp8(x, x, [], 1e-6, [scale] * 3, [shift] * 3)
+    with pytest.raises(ValueError, match="y must be"):
+        adaln.add_ada_zero_fp8(x, x.transpose(1, 2).contiguous().transpose(1, 2), [], 1e-6, [scale], [shift])

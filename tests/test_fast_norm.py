@@ -153,6 +153,46 @@ def test_a_norm_used_elsewhere_too_keeps_its_rows_apart():
     assert OPS.ada_zero_rows.default not in targets and OPS.post_sa_rows.default not in targets
 
 
+def _adds_into_norms(x, y, z, gate, mask, *mods):
+    """As a compiled LTX-2 block after the text cross-attention: vx + attn2 into the a2v and v2a norms
+    (the second's scale computed between them), then vx + a2v * gate * mask into the FF's norm, the sum
+    used on as the residual."""
+    sc1, sh1, sc2, sh2, sc3, sh3 = mods
+    a = x + y
+    q1 = OPS.ada_zero_rows(a, 1e-6, sc1, sh1)
+    q2 = OPS.ada_zero_rows(a, 1e-6, sc2 * 1.5, sh2)
+    b = a + z * gate * mask
+    q3 = OPS.ada_zero_rows(b, 1e-6, sc3, sh3)
+    return (*(q[0].float() * q[1][:, None] for q in (q1, q2, q3)), b * 2)
+
+
+def _add_inputs():
+    g = torch.Generator().manual_seed(0)
+    x, y, z = (torch.randn(2, 5, 48, generator=g) for _ in range(3))
+    mask = torch.tensor([1.0, 0.0]).view(2, 1, 1)
+    return x, y, z, torch.randn(2, 1, 48, generator=g), mask, *(torch.randn(2, 1, 48, generator=g) * 0.3 for _ in range(6))
+
+
+def test_a_residual_add_into_adaln_norms_joins_them():
+    args = _add_inputs()
+    gm = _graph(_adds_into_norms, *args)
+    targets = _targets(gm)
+    assert targets.count(OPS.add_ada_zero_rows.default) == 2  # one with two norms, one with one
+    assert OPS.ada_zero_rows.default not in targets and str(torch.ops.aten.add.Tensor) not in map(str, targets)
+    for got, want in zip(gm(*args), _adds_into_norms(*args)):  # e4m3 rows (the interpreter's rounding is coarse)
+        assert ((got - want).norm() / want.norm()) < 0.1
+
+
+def test_an_add_whose_norm_reads_the_sum_otherwise_stays():
+    """A norm whose scale is computed from the sum cannot be joined with it: the add stays."""
+    def f(x, y, sc, sh):
+        a = x + y
+        return OPS.ada_zero_rows(a, 1e-6, a.mean(1, keepdim=True), sh)[1], a
+
+    targets = _targets(_graph(f, *_add_inputs()[:2], *_add_inputs()[5:7]))
+    assert OPS.ada_zero_rows.default in targets and OPS.add_ada_zero_rows.default not in targets
+
+
 def test_the_fused_ops_are_the_two_they_replace():
     def close(q, s, want):  # e4m3 rows against the norm they stand for (the interpreter rounds coarsely)
         assert q.dtype == torch.float8_e4m3fn and ((q.float() * s[:, None] - want).norm() / want.norm()) < 0.1
@@ -203,9 +243,10 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
         block.forward = torch.compile(eager_forward)
         got, code = run_and_get_code(model, *inputs)
     text = "\n".join(code)
-    # video: the self-attention's and FF's AdaLN, both a2v norms of video; audio likewise; post_sa of each
-    # every AdaLN norm (video and audio: self-attention, FF, both sides of a2v and v2a) and both post_sa
-    assert text.count("torch.ops.ltx_tui.ada_zero_rows.default(") == 8
+    # the self-attentions' AdaLN of each modality reads the block's input; the other six read a residual
+    # add, which joins them: the a2v and v2a norms of one modality in one op, the FF's in another
+    assert text.count("torch.ops.ltx_tui.ada_zero_rows.default(") == 2
+    assert text.count("torch.ops.ltx_tui.add_ada_zero_rows.default(") == 4
     assert text.count("torch.ops.ltx_tui.post_sa_rows.default(") == 2
     assert "ltx_tui.ada_zero.default(" not in text and "ltx_tui.post_sa.default(" not in text
     assert text.count("torch.ops.ltx_tui.dit_qk.default(") == 6  # the q/k norm + RoPE of each attention

@@ -12,7 +12,8 @@ In a compiled block whose graph CUDA graphs replay (`traced`) each slot is one c
 (`ltx_tui::ada_zero`, `ltx_tui::post_sa`, `ltx_tui::dit_qk`), and `runtime.shared_rows` merges the
 first two with the fp8 row quantization an fp8-scaled-mm linear makes of their output
 (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`: the norm writes the linear's e4m3 rows and their
-scales, never the bf16 rows); off CUDA the ops compute the same with torch. A compiled block without
+scales, never the bf16 rows), and then the residual add before such norms into them
+(`ltx_tui::add_ada_zero_rows`); off CUDA the ops compute the same with torch. A compiled block without
 CUDA graphs runs the block's own ops, which Inductor fuses (a custom op costs the host 0.1-0.2 ms a
 call to issue). Eagerly the block's own function runs off CUDA; for tensors the kernels refuse (a
 modulation in another dtype than x, a non-contiguous x) it runs in every case. The profile
@@ -92,6 +93,20 @@ def _post_sa_rows_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
 @_post_sa_rows_op.register_fake
 def _post_sa_rows_fake(x, y, weight, eps, gate):
     return (torch.empty_like(x), *_ada_zero_rows_fake(x, eps, None, None))
+
+
+@torch.library.custom_op("ltx_tui::add_ada_zero_rows", mutates_args=())
+def _add_ada_zero_rows_op(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], eps: float,
+                          scales: list[torch.Tensor], shifts: list[torch.Tensor]) -> list[torch.Tensor]:
+    if _on_kernels(x):
+        return adaln.add_ada_zero_fp8(x, y, gates, eps, scales, shifts)
+    res, *normed = adaln.add_ada_zero_torch(x, y, gates, eps, scales, shifts)
+    return [res, *(t for n in normed for t in _rows(n))]
+
+
+@_add_ada_zero_rows_op.register_fake
+def _add_ada_zero_rows_fake(x, y, gates, eps, scales, shifts):
+    return [torch.empty_like(x), *(t for _ in scales for t in _ada_zero_rows_fake(x, eps, None, None))]
 
 
 @torch.library.custom_op("ltx_tui::dit_qk", mutates_args=())

@@ -17,6 +17,9 @@ perturbation blend, a gate) leaves them as they are. Last, a norm of `transforme
 (`ltx_tui::ada_zero`, `ltx_tui::post_sa`'s normed output) whose only use is one `fp8_rows` becomes
 the norm that writes those rows itself (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`): one pass
 that reads x once and writes e4m3 rows, where the two wrote and read the bf16 rows between them.
+Then a residual add whose sum goes into one or two such AdaLN norms (LTX-2's `vx = vx + attn2(...)`
+before the a2v and v2a norms of vx, `vx = vx + a2v(...) * gate * mask` before the feed-forward's)
+joins them (`ltx_tui::add_ada_zero_rows`): the sum is written once and read by no other pass.
 `install()` sets the pass as Inductor's `post_grad_custom_post_pass` (process-wide; it touches no
 other op), unless another pass is there.
 """
@@ -73,6 +76,16 @@ def _only_use(node: Any, user: Any) -> bool:
     return False
 
 
+def _erase_gates(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Erase `node` and the products it read, for as long as nothing else uses them."""
+    if node.users:
+        return
+    read = [a for a in node.args if _op(a, "aten.mul.Tensor")]
+    graph.erase_node(node)
+    for a in read:
+        _erase_gates(graph, a)
+
+
 def _call(graph: torch.fx.Graph, op: Any, like: torch.fx.Node) -> list[torch.fx.Node]:
     """`op` called with the arguments of node `like`, inserted before it, and a getitem node for each of
     its outputs, each with the fake value Inductor reads (`meta["val"]`)."""
@@ -122,8 +135,61 @@ def _hand_over(graph: torch.fx.Graph, node: torch.fx.Node, q: Any, scale: Any) -
     _erase_dead(graph, read)
 
 
+def _op(node: Any, name: str) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) == name
+
+
+def _gate(node: Any, shape: tuple) -> bool:
+    """Whether `node` is a broadcast factor (fewer elements than `shape`) of a floating dtype."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.numel() >= math.prod(shape):
+        return False
+    try:
+        torch.broadcast_shapes(tuple(val.shape), shape)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _residual(add: Any) -> tuple | None:
+    """(x, y, gates) where `add` is x + y * gates (up to two broadcast gates; y and x contiguous, of the
+    sum's shape and dtype), else None."""
+    if not _op(add, "aten.add.Tensor") or add.kwargs or len(add.args) != 2:
+        return None
+    val = add.meta.get("val")
+    for x, y in (add.args, add.args[::-1]):
+        gates = []
+        while _op(y, "aten.mul.Tensor") and not y.kwargs and len(gates) < 2:
+            a, b = y.args
+            full, g = (a, b) if _gate(b, tuple(val.shape)) else (b, a) if _gate(a, tuple(val.shape)) else (None, None)
+            if full is None:
+                break
+            gates.insert(0, g)
+            y = full
+        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (x, y)]
+        if all(isinstance(v, torch.Tensor) and v.shape == val.shape and v.dtype == val.dtype and v.is_contiguous()
+               for v in vals):
+            return x, y, gates
+    return None
+
+
+def _hoist(node: Any, before: torch.fx.Node, forbidden: torch.fx.Node, order: dict) -> bool:
+    """Move `node` (and what it reads) before `before` if it is not there yet; False where it reads
+    `forbidden` (nothing moved is wrong then: each node moves only ahead of its users)."""
+    if node is forbidden:
+        return False
+    if not isinstance(node, torch.fx.Node) or order[node] < order[before]:
+        return True
+    if node.op != "call_function" or not all(_hoist(a, before, forbidden, order) for a in node.all_input_nodes):
+        return False
+    before.prepend(node)
+    order[node] = order[before] - 0.5
+    return True
+
+
 ENABLED = True  # bench/ltx2_dit.py's `:unshared` ablation turns it off
 FOLD = True  # bench/ltx2_dit.py's `:unfolded` ablation turns the folding of dequantized rows and norms off
+ADDS = True  # bench/ltx2_dit.py's `:adds-apart` ablation leaves the residual adds out of the norms
 
 
 class SharedRows(CustomGraphPass):
@@ -137,6 +203,8 @@ class SharedRows(CustomGraphPass):
             self._share(graph)
         if FOLD:
             self._fold_norms(graph)
+            if ADDS:
+                self._fold_adds(graph)
 
     @staticmethod
     def _fold(graph: torch.fx.Graph) -> None:
@@ -184,8 +252,41 @@ class SharedRows(CustomGraphPass):
                 continue
             _hand_over(graph, node, q, scale)
 
+    @staticmethod
+    def _fold_adds(graph: torch.fx.Graph) -> None:
+        ops = torch.ops.ltx_tui
+        norms_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target is ops.ada_zero_rows.default and not node.kwargs:
+                norms_of.setdefault(node.args[0], []).append(node)
+        for add, norms in norms_of.items():
+            parts = _residual(add)
+            if parts is None:
+                continue
+            norms = [n for n in norms if n.args[1] == norms[0].args[1]][:2]  # one eps, at most two
+            order = {n: i for i, n in enumerate(graph.nodes)}
+            first = min(add.users, key=order.__getitem__)
+            if not all(_hoist(a, first, add, order) for n in norms for a in n.args[2:4]):
+                continue
+            x, y, gates = parts
+            args = (x, y, gates, norms[0].args[1], [n.args[2] for n in norms], [n.args[3] for n in norms])
+            val = [a.meta["val"] for a in (x, y, *gates)]
+            with detect_fake_mode(val) or nullcontext():
+                out = ops.add_ada_zero_rows.default(val[0], val[1], val[2:], args[3],
+                                                    [n.meta["val"] for n in args[4]], [n.meta["val"] for n in args[5]])
+            with graph.inserting_before(first):
+                node = graph.call_function(ops.add_ada_zero_rows.default, args)
+                node.meta["val"] = out
+                items = [graph.call_function(operator.getitem, (node, i)) for i in range(len(out))]
+            for item, v in zip(items, out):
+                item.meta["val"] = v
+            add.replace_all_uses_with(items[0])  # the norms too, until they go
+            for i, norm in enumerate(norms):
+                _hand_over(graph, norm, items[1 + 2 * i], items[2 + 2 * i])
+            _erase_gates(graph, add)
+
     def uuid(self) -> Any:
-        return get_hash_for_files((__file__,), repr((ENABLED, FOLD)))
+        return get_hash_for_files((__file__,), repr((ENABLED, FOLD, ADDS)))
 
 
 def install() -> bool:
