@@ -129,3 +129,53 @@ def test_dequant_rows_is_the_inverse_of_fp8_rows():
     x = torch.randn(5, 64, dtype=torch.bfloat16) * 7
     q, s = quant._fp8_rows(x)
     torch.testing.assert_close(quant.dequant_rows(q, s, torch.bfloat16), x, rtol=0.07, atol=0)
+
+
+class _Projections(nn.Module):
+    """An attention's projections: to_q of x; to_k and to_v of x (self) or of a context."""
+
+    def __init__(self, width: int = 64, context: int = 64) -> None:
+        super().__init__()
+        self.to_q = nn.Linear(width, 64)
+        self.to_k, self.to_v = nn.Linear(context, 64), nn.Linear(context, 32)
+
+    def forward(self, x, c=None):
+        c = x if c is None else c
+        return self.to_q(x) * 2, self.to_k(c) + 1, self.to_v(c).relu()
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_projections_of_one_input_become_one_gemm(cross):
+    """Joined (`quant.join_projections`), a self-attention's q, k and v are one GEMM in the compiled graph
+    and a cross-attention's k and v another, each reading its columns of it; the outputs are bit-equal."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    m = _Projections(context=32 if cross else 64)
+    quant.quantize_linears(m, "fp8-scaled-mm")
+    x, c = torch.randn(2, 8, 64), (torch.randn(2, 5, 32) if cross else None)
+    with torch.inference_mode():
+        want = m(x, c)
+        joined = quant.join_projections(m)
+        assert joined == [""] and (m.to_q.rows is None) == cross and m.to_v.rows is not None
+        assert len(list(m.parameters())) == (4 if cross else 2)  # q's own weight and bias, if any, and the joint ones
+        assert all(torch.equal(a, b) for a, b in zip(m(x, c), want))  # eagerly: each its rows
+    torch._dynamo.reset()
+    with config.patch(post_grad_custom_post_pass=None, fx_graph_cache=False), torch.inference_mode():
+        assert shared_rows.install()
+        got, code = run_and_get_code(torch.compile(m), x, c)
+    assert "\n".join(code).count("extern_kernels._scaled_mm(") == 2 if cross else 1
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_projections_of_other_widths_or_methods_stay_apart():
+    m = _Projections(context=32)
+    quant.quantize_linears(m, "fp8-scaled-mm", include="to_[qk]")
+    assert quant.join_projections(m) == [] and m.to_k.rows is None  # q and k read other widths; v is bf16
+    monkey = _Projections()
+    quant.quantize_linears(monkey, "fp8-scaled-mm")
+    quant.JOIN = False
+    try:
+        assert quant.join_projections(monkey) == []
+    finally:
+        quant.JOIN = True
