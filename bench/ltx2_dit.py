@@ -173,7 +173,6 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
     "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
     "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),
-    "apart": ("a GEMM per projection", "backends.runtime.quant", "JOIN", False),
     "cudnn-few-q": ("few-query calls on cuDNN", "backends.runtime.dense_attention", "FEW_QUERIES", 10**9),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
@@ -849,14 +848,6 @@ def print_block(timeline) -> None:
     if not p:
         print("\nblock kernels: no repeating block found in the timeline")
         return
-    gaps = sorted(((b.time_range.start - a.time_range.end, i) for i, (a, b) in enumerate(zip(seq, seq[1:]))),
-                  reverse=True)
-    start, end = seq[0].time_range.start, seq[-1].time_range.end
-    print(f"\nthe GPU's idle time in the forward's span: {sum(max(g, 0) for g, _ in gaps) / 1000:.2f} ms; the "
-          f"largest gaps (ms into the span: before -> after):")
-    for g, i in gaps[:8]:
-        print(f"  {g / 1000:7.3f} ms at {(seq[i].time_range.end - start) / 1000:8.2f} of {(end - start) / 1000:.2f}: "
-              f"{seq[i].name[:45]} -> {seq[i + 1].name[:45]}")
     mid = len(seq) // 2
     block = seq[mid:mid + p]
     busy = sum(e.time_range.end - e.time_range.start for e in block)

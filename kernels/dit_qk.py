@@ -27,15 +27,15 @@ __all__ = ["Refused", "check", "norm_rope_torch", "out_dtype", "qk_norm_rope"]
 
 
 @triton.jit
-def _row(X, W, COS, SIN, OUT, SCALE, row, T, eps, rs, sb, sh, st, H: tl.constexpr, HD2: tl.constexpr,
+def _row(X, W, COS, SIN, OUT, SCALE, row, T, eps, sb, sh, st, H: tl.constexpr, HD2: tl.constexpr,
          ROPE: tl.constexpr, FP8: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_J: tl.constexpr):
     h = tl.arange(0, BLOCK_H)[:, None]
     j = tl.arange(0, BLOCK_J)[None, :]
     m = (h < H) & (j < HD2)
     d = h * (2 * HD2) + j  # the first half of head h; the second is HD2 further
     base = row.to(tl.int64) * (H * 2 * HD2)
-    x1 = tl.load(X + row.to(tl.int64) * rs + d, mask=m, other=0.0).to(tl.float32)
-    x2 = tl.load(X + row.to(tl.int64) * rs + d + HD2, mask=m, other=0.0).to(tl.float32)
+    x1 = tl.load(X + base + d, mask=m, other=0.0).to(tl.float32)
+    x2 = tl.load(X + base + d + HD2, mask=m, other=0.0).to(tl.float32)
     inv = tl.rsqrt((tl.sum(tl.sum(x1 * x1, 1), 0) + tl.sum(tl.sum(x2 * x2, 1), 0)) / (H * 2 * HD2) + eps)
     y1 = x1 * inv * tl.load(W + d, mask=m, other=0.0).to(tl.float32)
     y2 = x2 * inv * tl.load(W + d + HD2, mask=m, other=0.0).to(tl.float32)
@@ -55,21 +55,21 @@ def _row(X, W, COS, SIN, OUT, SCALE, row, T, eps, rs, sb, sh, st, H: tl.constexp
 
 
 @triton.jit
-def _qk(Q, K, WQ, WK, QCOS, QSIN, KCOS, KSIN, QOUT, KOUT, SCALES, ROWS_Q, TQ, TK, eps, qrs, krs,
+def _qk(Q, K, WQ, WK, QCOS, QSIN, KCOS, KSIN, QOUT, KOUT, SCALES, ROWS_Q, TQ, TK, eps,
         qsb, qsh, qst, ksb, ksh, kst, H: tl.constexpr, HD2: tl.constexpr, ROPE: tl.constexpr,
         FP8: tl.constexpr, SHARED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_J: tl.constexpr):
     pid = tl.program_id(0)
     if SHARED:  # q and k of one token side by side: the second reads the token's table rows from L2
         if pid % 2 == 0:
-            _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid // 2, TQ, eps, qrs, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H,
+            _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid // 2, TQ, eps, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H,
                  BLOCK_J)
         else:
-            _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid // 2, TK, eps, krs, ksb, ksh, kst, H, HD2, ROPE, FP8,
+            _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid // 2, TK, eps, ksb, ksh, kst, H, HD2, ROPE, FP8,
                  BLOCK_H, BLOCK_J)
     elif pid < ROWS_Q:
-        _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid, TQ, eps, qrs, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H, BLOCK_J)
+        _row(Q, WQ, QCOS, QSIN, QOUT, SCALES, pid, TQ, eps, qsb, qsh, qst, H, HD2, ROPE, FP8, BLOCK_H, BLOCK_J)
     else:
-        _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid - ROWS_Q, TK, eps, krs, ksb, ksh, kst, H, HD2, ROPE, FP8,
+        _row(K, WK, KCOS, KSIN, KOUT, SCALES + 1, pid - ROWS_Q, TK, eps, ksb, ksh, kst, H, HD2, ROPE, FP8,
              BLOCK_H, BLOCK_J)
 
 
@@ -89,24 +89,13 @@ def _table_strides(t: torch.Tensor, pe: tuple | None, heads: int, half: int, nam
     return (cos.stride(0) if cos.shape[0] > 1 else 0), cos.stride(1), cos.stride(2)
 
 
-def row_stride(t: torch.Tensor) -> int | None:
-    """The distance between two rows (tokens) of a (B, T, D) tensor whose rows are contiguous and evenly
-    spaced (a contiguous one, or columns of a wider one: `runtime.shared_rows` joins q, k and v's
-    projections into one GEMM and hands each its columns); None for any other layout."""
-    if t.dim() != 3 or (t.shape[-1] > 1 and t.stride(-1) != 1):
-        return None
-    if t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1):
-        return None
-    return t.stride(1)
-
-
 def check(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: torch.Tensor | None, heads: int,
           pe: tuple | None, k_pe: tuple | None) -> tuple:
     """Check the arguments up front; returns (half head_dim, q's table strides, k's table strides)."""
     for name, t in (("q", q), ("k", k)):
-        if t.dim() != 3 or t.dtype not in (torch.float32, torch.float16, torch.bfloat16) or row_stride(t) is None:
-            raise Refused(f"{name} must be a (batch, tokens, heads * head_dim) float tensor of evenly spaced "
-                          f"contiguous rows, got {tuple(t.shape)} {t.dtype} strides {tuple(t.stride())}")
+        if t.dim() != 3 or not t.is_contiguous() or t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise Refused(f"{name} must be a contiguous (batch, tokens, heads * head_dim) float tensor, got "
+                          f"{tuple(t.shape)} {t.dtype}{'' if t.is_contiguous() else ', not contiguous'}")
     dim = q.shape[-1]
     if k.shape[-1] != dim or q.shape[0] != k.shape[0] or k.device != q.device or k.dtype != q.dtype:
         raise Refused(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share batch, dim, dtype and device")
@@ -146,9 +135,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: 
                  scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(q', k'): q and k (B, T, heads * head_dim) RMS-normalised with weights `wq`, `wk` (None: 1) and, with
     `pe` = (cos, sin) tables (B or 1, heads, T, head_dim / 2) (`k_pe` for k, else `pe`; without `pe` neither
-    is rotated, as in LTX-2), rotated as LTX-2's SPLIT RoPE; with `scales` (2 fp32 on the device), q' / scales[0]
-    and k' / scales[1] in float8_e4m3fn. q and k may be columns of a wider tensor (`row_stride`); the outputs
-    are contiguous.
+    is rotated, as in LTX-2), rotated as LTX-2's SPLIT RoPE; with `scales` (2 fp32 on the device), q' / scales[0] and k' / scales[1] in float8_e4m3fn.
     One launch on CUDA or under the Triton interpreter, else torch ops."""
     half, (qsb, qsh, qst), (ksb, ksh, kst) = check(q, k, wq, wk, heads, pe, k_pe)
     rope = pe is not None
@@ -170,8 +157,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: 
     kcos, ksin = kpe if rope else (k, k)
     if rows_q + rows_k:
         _qk[(rows_q + rows_k,)](q, k, wq, wk, qcos, qsin, kcos, ksin, qo, ko, q if scales is None else scales,
-                                rows_q, q.shape[1], k.shape[1], float(eps), row_stride(q), row_stride(k),
-                                qsb, qsh, qst, ksb, ksh, kst,
+                                rows_q, q.shape[1], k.shape[1], float(eps), qsb, qsh, qst, ksb, ksh, kst,
                                 H=heads, HD2=half, ROPE=rope, FP8=scales is not None,
                                 SHARED=rope and rows_q == rows_k and kpe is pe,
                                 BLOCK_H=triton.next_power_of_2(heads), BLOCK_J=triton.next_power_of_2(half),

@@ -27,23 +27,23 @@ BLOCK = 4096
 
 
 @triton.jit
-def _amax_block(X, AMAX, N, C, RS, b, BLOCK: tl.constexpr):
+def _amax_block(X, AMAX, N, b, BLOCK: tl.constexpr):
     offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(X + (offs // C) * RS + offs % C, mask=offs < N, other=0.0).to(tl.float32)
+    x = tl.load(X + offs, mask=offs < N, other=0.0).to(tl.float32)
     tl.atomic_max(AMAX, tl.max(tl.abs(x), 0))
 
 
 @triton.jit
-def _amax3(Qp, Kp, Vp, AMAX, NQ, NK, NV, CQ, CK, CV, RQ, RK, RV, BLOCK: tl.constexpr):
+def _amax3(Qp, Kp, Vp, AMAX, NQ, NK, NV, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     bq = tl.cdiv(NQ, BLOCK)
     bk = tl.cdiv(NK, BLOCK)
     if pid < bq:
-        _amax_block(Qp, AMAX, NQ, CQ, RQ, pid, BLOCK)
+        _amax_block(Qp, AMAX, NQ, pid, BLOCK)
     elif pid < bq + bk:
-        _amax_block(Kp, AMAX + 1, NK, CK, RK, pid - bq, BLOCK)
+        _amax_block(Kp, AMAX + 1, NK, pid - bq, BLOCK)
     else:
-        _amax_block(Vp, AMAX + 2, NV, CV, RV, pid - bq - bk, BLOCK)
+        _amax_block(Vp, AMAX + 2, NV, pid - bq - bk, BLOCK)
 
 
 @triton.jit
@@ -52,16 +52,15 @@ def _scale_of(AMAX):
 
 
 @triton.jit
-def _cast_block(X, Y, s, N, C, RS, b, BLOCK: tl.constexpr):
+def _cast_block(X, Y, s, N, b, BLOCK: tl.constexpr):
     offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
-    x = tl.load(X + (offs // C) * RS + offs % C, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + offs, tl.clamp(x / s, -448.0, 448.0).to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, QK, S, R, NQ, NK, NV, NR, CQ, CK, CV, RQ, RK, RV, P_SCALE, O_HEADROOM,
-           STATIC: tl.constexpr,
+def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, QK, S, R, NQ, NK, NV, NR, P_SCALE, O_HEADROOM, STATIC: tl.constexpr,
            STRIDE: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     bq = tl.cdiv(NQ, BLOCK)
@@ -72,11 +71,11 @@ def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, QK, S, R, NQ, NK, NV, NR, CQ, CK, CV, R
         sq, sk = _scale_of(AMAX), _scale_of(AMAX + 1)
     sv = _scale_of(AMAX + 2)
     if pid < bq:
-        _cast_block(Qp, Q8, sq, NQ, CQ, RQ, pid, BLOCK)
+        _cast_block(Qp, Q8, sq, NQ, pid, BLOCK)
     elif pid < bq + bk:
-        _cast_block(Kp, K8, sk, NK, CK, RK, pid - bq, BLOCK)
+        _cast_block(Kp, K8, sk, NK, pid - bq, BLOCK)
     elif pid < bq + bk + tl.cdiv(NV, BLOCK):
-        _cast_block(Vp, V8, sv, NV, CV, RV, pid - bq - bk, BLOCK)
+        _cast_block(Vp, V8, sv, NV, pid - bq - bk, BLOCK)
     if pid < tl.cdiv(NR, BLOCK):  # O's descale for each of its rows
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         tl.store(R + offs, tl.zeros([BLOCK], tl.float32) + O_HEADROOM * sv, mask=offs < NR)
@@ -88,19 +87,6 @@ def _cast3(Qp, Kp, Vp, Q8, K8, V8, AMAX, QK, S, R, NQ, NK, NV, NR, CQ, CK, CV, R
         tl.store(S + 4 * STRIDE, P_SCALE)
         tl.store(S + 5 * STRIDE, 1.0 / (O_HEADROOM * sv))
         tl.store(S + 6 * STRIDE, O_HEADROOM * sv)
-
-
-def _rows(t: torch.Tensor) -> tuple[int, int] | None:
-    """(row width, row stride) of a (B, S, heads, head_dim) tensor seen as B * S rows of heads * head_dim
-    elements each contiguous and evenly spaced (contiguous, or columns of a joint q/k/v projection:
-    `runtime.shared_rows`), else None."""
-    if t.dim() != 4:
-        return (max(t.numel(), 1), max(t.numel(), 1)) if t.is_contiguous() else None
-    b, s, h, d = t.shape
-    rs = t.stride(1) if s > 1 else t.stride(0) if b > 1 else h * d
-    if (d > 1 and t.stride(3) != 1) or (h > 1 and t.stride(2) != d) or (b > 1 and t.stride(0) != s * rs):
-        return None
-    return h * d, rs
 
 
 def scalar(scalars: torch.Tensor, slot: int) -> torch.Tensor:
@@ -115,7 +101,7 @@ def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: flo
                  rows: int = 0, qk_descale: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q8, k8, v8, scalars, row_descale): each tensor / its scale as float8_e4m3fn, contiguous, same
-    shape (the inputs contiguous or of evenly spaced contiguous rows, `_rows`; any other layout is copied); the scalars' slots (`scalar(scalars, Q)` ...) as the module docstring lists them; O's
+    shape; the scalars' slots (`scalar(scalars, Q)` ...) as the module docstring lists them; O's
     descale repeated `rows` times (fp32). With `qk_descale` (2 fp32 on the device) q and k have
     those scales: given in float8_e4m3fn they come back as they are."""
     static = qk_descale is not None
@@ -126,9 +112,7 @@ def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: flo
                         f"(got {q.dtype}, {k.dtype}, {v.dtype})")
     if len({t.device for t in (q, k, v)}) != 1:
         raise ValueError(f"q, k, v must be on one device (got {q.device}, {k.device}, {v.device})")
-    q, k, v = (t if _rows(t) else t.contiguous() for t in (q, k, v))
-    layout = [x for t in (q, k, v) for x in _rows(t)]
-    layout = layout[0::2] + layout[1::2]  # the three row widths, then the three row strides
+    q, k, v = (t.contiguous() for t in (q, k, v))
     device = q.device
     if static and (qk_descale.shape != (2,) or qk_descale.dtype != torch.float32 or qk_descale.device != device):
         raise ValueError(f"qk_descale must be 2 fp32 on {device} (got {tuple(qk_descale.shape)} "
@@ -141,8 +125,8 @@ def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p_scale: flo
     scalars = torch.empty(SIZE, dtype=torch.float32, device=device)
     row_descale = torch.empty(rows, dtype=torch.float32, device=device)
     blocks = [sum(triton.cdiv(n, BLOCK) for n in sizes) for sizes in (reduce, cast)]
-    _amax3[(max(blocks[0], 1),)](q, k, v, amax, *reduce, *layout, BLOCK=BLOCK, num_warps=8)
+    _amax3[(max(blocks[0], 1),)](q, k, v, amax, *reduce, BLOCK=BLOCK, num_warps=8)
     _cast3[(max(blocks[1], triton.cdiv(rows, BLOCK), 1),)](
         q, k, v, *out, amax, qk_descale if static else amax, scalars, row_descale if rows else amax, *cast, rows,
-        *layout, float(p_scale), float(o_headroom), STATIC=static, STRIDE=STRIDE, BLOCK=BLOCK, num_warps=8)
+        float(p_scale), float(o_headroom), STATIC=static, STRIDE=STRIDE, BLOCK=BLOCK, num_warps=8)
     return (*out, scalars, row_descale)

@@ -89,21 +89,6 @@ def test_with_scales_it_writes_e4m3(calls):
 
 
 @torch.inference_mode()
-def test_q_and_k_as_columns_of_one_projection_are_read_in_place(calls):
-    """`runtime.shared_rows` joins to_q, to_k and to_v into one GEMM: q and k come as column slices of
-    its (B, T, 3 * dim) output, and give what they give contiguous."""
-    attn, args, kwargs = calls["attn1"]
-    q, k, pe, _ = _qk(attn, args, kwargs)
-    qkv = torch.cat([q, k, torch.randn_like(q)], -1)
-    wide_q, wide_k = qkv[..., :q.shape[-1]], qkv[..., q.shape[-1]:2 * q.shape[-1]]
-    assert dit_qk.row_stride(wide_q) == 3 * q.shape[-1] and not wide_q.is_contiguous()
-    w = attn.q_norm.weight
-    for got, want in zip(dit_qk.qk_norm_rope(wide_q, wide_k, w, w, 1e-6, attn.heads, pe),
-                         dit_qk.qk_norm_rope(q, k, w, w, 1e-6, attn.heads, pe)):
-        assert torch.equal(got, want) and got.is_contiguous()
-
-
-@torch.inference_mode()
 def test_arguments_are_checked_up_front(calls):
     attn, args, kwargs = calls["attn1"]
     q, k, pe, _ = _qk(attn, args, kwargs)

@@ -232,7 +232,6 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
     model = ltx2.tiny_transformer(layers=1)
     quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
     quant.fuse_gelu(model)
-    assert len(quant.join_projections(model)) == 6  # the block's six attentions
     fast_norm.install(model, traced=True)
     inputs = ltx2.transformer_inputs(tokens=23, padded=0)
     block = model.transformer_blocks[0]
@@ -250,9 +249,6 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
     assert text.count("torch.ops.ltx_tui.add_ada_zero_rows.default(") == 4
     assert text.count("torch.ops.ltx_tui.post_sa_rows.default(") == 2
     assert "ltx_tui.ada_zero.default(" not in text and "ltx_tui.post_sa.default(" not in text
-    # one GEMM per input: the self-attentions' q/k/v, the cross-attentions' k/v of their context
-    assert quant.join_projections(model) == [] and model.transformer_blocks[0].attn1.to_v.rows is not None
-    assert text.count("extern_kernels._scaled_mm(") == 20  # of 28: 6 x (q, k, v, out) + 2 x FF
     assert text.count("torch.ops.ltx_tui.dit_qk.default(") == 6  # the q/k norm + RoPE of each attention
     for g, w in zip(got, want):
         assert ((g - w).norm() / w.norm()) < 0.05

@@ -454,23 +454,6 @@ def test_fp8_qkv_scales_and_cudnn_scalars_in_two_launches():
         fp8_qkv.quantize_qkv(q, k, v.to("meta"), 256.0, 2.0)
 
 
-def test_fp8_qkv_reads_q_k_v_as_columns_of_one_projection_in_place():
-    """q, k and v as column slices of one (B, S, 3 * heads * head_dim) output (`runtime.shared_rows` joins
-    their projections): the same e4m3 tensors and scalars as from contiguous copies."""
-    from kernels import fp8_qkv
-
-    g = torch.Generator().manual_seed(2)
-    qkv = torch.randn(1, 300, 3 * 32, generator=g)
-    q, k, v = (qkv[..., i * 32:(i + 1) * 32].unflatten(-1, (2, 16)) for i in range(3))
-    assert fp8_qkv._rows(v) == (32, 96) and fp8_qkv._rows(v.contiguous()) == (32, 32)
-    assert fp8_qkv._rows(v.transpose(1, 2)) is None  # (B, H, S, D) memory: copied
-    got = fp8_qkv.quantize_qkv(q, k, v, 256.0, 2.0)
-    want = fp8_qkv.quantize_qkv(q.contiguous(), k.contiguous(), v.contiguous(), 256.0, 2.0)
-    for a, b in zip(got[:3], want[:3]):
-        assert torch.equal(a.float(), b.float())
-    assert all(torch.equal(fp8_qkv.scalar(got[3], i), fp8_qkv.scalar(want[3], i)) for i in range(7))
-
-
 def test_fp8_qkv_takes_static_q_k_scales_and_writes_o_row_descales():
     """Given q's and k's scales, only v is reduced; q and k cast with them (or, already e4m3, kept);
     O's descale comes once a row for the fp8 GEMM after the attention."""

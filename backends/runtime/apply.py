@@ -49,7 +49,7 @@ from backends.runtime.dense_attention import DenseFunction
 from backends.runtime import timestep_rows
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
-from backends.runtime.quant import fuse_gelu, join_projections, plan_quantization
+from backends.runtime.quant import fuse_gelu, plan_quantization
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
@@ -309,14 +309,11 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
     def apply(model, report):
         replaced = qplan.apply(model)
         fused = fuse_gelu(model) if method == "fp8-scaled-mm" else []
-        joined = join_projections(model) if method == "fp8-scaled-mm" else []
         scope_text = scope + (f", include={include!r}" if include else "")
         report.add("transformer.quantization", "replaced" if replaced else "no target",
                    (f"{method} linears in scope {scope_text}" + (
                        f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
-                       if fused else "") + (
-                       f"; to_q/to_k/to_v of {len(joined)} attention(s) on one weight each (one GEMM per input "
-                       f"in a compiled block)" if joined else "")) if replaced
+                       if fused else "")) if replaced
                    else f"no nn.Linear in scope {scope_text} that {method} can run", replaced)
         report.add("transformer.quantization_scope", "set", scope)
         for name, why in qplan.skipped:

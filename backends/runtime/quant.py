@@ -58,11 +58,10 @@ class _QuantLinear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.has_bias = linear.bias is not None
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, method={self.method}, bias={self.has_bias}"
+        return f"{self.in_features}, {self.out_features}, method={self.method}, bias={self.bias is not None}"
 
     def _flat(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
         return x.reshape(-1, x.shape[-1]), x.shape[:-1]
@@ -154,85 +153,26 @@ class FP8ScaledMMLinear(_QuantLinear):
         self.weight = nn.Parameter(w.to(torch.float8_e4m3fn), requires_grad=False)
         self.register_buffer("weight_scale", scale.float())
 
-    rows: tuple[int, int] | None = None  # this linear's rows of `joint_weight` (`join_projections`)
-
-    def parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(weight (out, in) e4m3, its scale(s), bias or None): its own, or its rows of the joint ones."""
-        if self.rows is None:
-            return self.weight, self.weight_scale, self.bias
-        a, b = self.rows
-        bias = None if self.joint_bias is None else self.joint_bias[a:b]
-        return self.joint_weight[a:b], self.joint_scale[a:b], bias
-
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
-        weight, scale, bias = self.parts()
         if isinstance(x, QuantizedRows):  # from GeluQuantized
             if self.scales != "row":
                 raise ValueError("QuantizedRows carry row scales; this linear has one scale per tensor")
-            return self._mm(x.q, x.scale[:, None], weight, scale[None, :], bias, x.lead, x.dtype)
+            return self._mm(x.q, x.scale[:, None], self.weight_scale[None, :], x.lead, x.dtype)
         x2, lead = self._flat(x)
         if self.scales == "row":
             xq, xs = _fp8_rows(x2)
-            sa, sb = xs[:, None], scale[None, :]
+            sa, sb = xs[:, None], self.weight_scale[None, :]
         else:
             sa = (x2.abs().amax().float().clamp(min=1e-12) / FP8_MAX).reshape(())
             xq = (x2.float() / sa).to(torch.float8_e4m3fn)
-            sb = scale.reshape(())
-        return self._mm(xq, sa, weight, sb, bias, lead, x.dtype)
+            sb = self.weight_scale.reshape(())
+        return self._mm(xq, sa, sb, lead, x.dtype)
 
-    def _mm(self, xq, sa, weight, sb, bias, lead, dtype) -> torch.Tensor:
-        bias = None if bias is None else bias.to(dtype)
-        y = torch._scaled_mm(xq, weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=dtype,
+    def _mm(self, xq, sa, sb, lead, dtype) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(dtype)
+        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=dtype,
                              use_fast_accum=self.fast_accum)
         return y.reshape(*lead, self.out_features)
-
-
-JOIN = True  # bench/ltx2_dit.py's `:apart` ablation keeps each projection's weight its own
-PROJECTIONS = ("to_q", "to_k", "to_v")
-
-
-def _joinable(a: nn.Module, b: nn.Module) -> bool:
-    return (type(a) is type(b) is FP8ScaledMMLinear and a.scales == b.scales == "row" and a.rows is None is b.rows
-            and a.in_features == b.in_features and (a.bias is None) == (b.bias is None)
-            and a.weight.device == b.weight.device)
-
-
-def join_projections(model: nn.Module) -> list[str]:
-    """Give each run of consecutive fp8-scaled-mm projections of one attention (to_q, to_k, to_v) that
-    read inputs of one width one weight, scale and bias, concatenated (their rows of it: `rows`): in a
-    compiled block `runtime.shared_rows` then runs the projections of one input as one GEMM (a
-    self-attention's q, k and v; a cross-attention's k and v of its context). Eagerly each multiplies
-    by its rows as before. No memory is added (the separate weights go). Returns the modules joined."""
-    if not JOIN:
-        return []
-    joined = []
-    for name, module in model.named_modules():
-        linears = [getattr(module, p, None) for p in PROJECTIONS]
-        runs, run = [], []
-        for lin in linears:
-            if run and lin is not None and _joinable(run[-1], lin):
-                run.append(lin)
-                continue
-            if len(run) > 1:
-                runs.append(run)
-            run = [lin] if type(lin) is FP8ScaledMMLinear and lin.scales == "row" and lin.rows is None else []
-        if len(run) > 1:
-            runs.append(run)
-        for run in runs:
-            weight = nn.Parameter(torch.cat([lin.weight.data for lin in run]), requires_grad=False)
-            scale = torch.cat([lin.weight_scale for lin in run])
-            bias = (None if run[0].bias is None else
-                    nn.Parameter(torch.cat([lin.bias.data for lin in run]), requires_grad=False))
-            start = 0
-            for lin in run:
-                del lin.weight, lin.weight_scale, lin.bias
-                lin.joint_weight, lin.joint_bias = weight, bias  # one tensor, held by each (tied)
-                lin.register_buffer("joint_scale", scale)
-                lin.rows = (start, start + lin.out_features)
-                start += lin.out_features
-        if runs:
-            joined.append(name)
-    return joined
 
 
 class GeluQuantized(nn.Module):

@@ -17,10 +17,7 @@ perturbation blend, a gate) leaves them as they are. Last, a norm of `transforme
 (`ltx_tui::ada_zero`, `ltx_tui::post_sa`'s normed output) whose only use is one `fp8_rows` becomes
 the norm that writes those rows itself (`ltx_tui::ada_zero_rows`, `ltx_tui::post_sa_rows`): one pass
 that reads x once and writes e4m3 rows, where the two wrote and read the bf16 rows between them.
-With the rows of one input shared, the fp8 GEMMs that multiply them by consecutive rows of one joint
-weight (`quant.join_projections`: to_q, to_k, to_v of an attention) become one GEMM, whose column
-slices their users read (`kernels.dit_qk` and `kernels.fp8_qkv` take such rows in place). Then a
-residual add whose sum goes into one or two such AdaLN norms (LTX-2's `vx = vx + attn2(...)`
+Then a residual add whose sum goes into one or two such AdaLN norms (LTX-2's `vx = vx + attn2(...)`
 before the a2v and v2a norms of vx, `vx = vx + a2v(...) * gate * mask` before the feed-forward's)
 joins them (`ltx_tui::add_ada_zero_rows`): the sum is written once and read by no other pass.
 `install()` sets the pass as Inductor's `post_grad_custom_post_pass` (process-wide; it touches no
@@ -38,9 +35,6 @@ import torch
 from torch._guards import detect_fake_mode
 from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
-
-import backends.runtime.fast_norm  # noqa: F401  (defines ltx_tui::ada_zero, post_sa, add_ada_zero_rows, ...)
-import backends.runtime.quant  # noqa: F401  (defines ltx_tui::fp8_rows and ltx_tui::fp8_dequant_rows)
 
 _VIEWS = ("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
 
@@ -80,23 +74,6 @@ def _only_use(node: Any, user: Any) -> bool:
             return False
         node = used_by
     return False
-
-
-def _refresh(graph: torch.fx.Graph, changed: set) -> None:
-    """Recompute the fake value of every node downstream of `changed` from its inputs' (a view's strides
-    change with its input's), in graph order."""
-    for node in graph.nodes:
-        if node in changed or node.op != "call_function" or "val" not in node.meta:
-            continue
-        if not any(a in changed for a in node.all_input_nodes):
-            continue
-        if node.target is operator.getitem:
-            node.meta["val"] = node.args[0].meta["val"][node.args[1]]
-        else:
-            args = torch.fx.node.map_arg(node.args, lambda n: n.meta["val"])
-            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta["val"])
-            node.meta["val"] = _fake(node.target, *args, **kwargs)
-        changed.add(node)
 
 
 def _erase_gates(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -215,51 +192,6 @@ FOLD = True  # bench/ltx2_dit.py's `:unfolded` ablation turns the folding of deq
 ADDS = True  # bench/ltx2_dit.py's `:adds-apart` ablation leaves the residual adds out of the norms
 
 
-def _rows_of(node: Any, dim: int) -> tuple | None:
-    """(base, start, stop) where `node` is base[start:stop] along `dim`, else None."""
-    if _op(node, "aten.slice.Tensor") and not node.kwargs and len(node.args) == 4 and node.args[1] == dim:
-        return node.args[0], node.args[2], node.args[3]
-    return None
-
-
-def _struct(node: Any) -> Any:
-    """A key equal for nodes that compute the same view of the same node (an unsqueeze made twice)."""
-    if _op(node, "aten.unsqueeze.default") or _is_view(node):
-        return (str(node.target), _struct(node.args[0]), *node.args[1:])
-    if isinstance(node, torch.fx.Node) and node.target is operator.getitem:  # an output taken twice
-        return ("getitem", *node.args)
-    return node
-
-
-def _projection(node: Any) -> tuple | None:
-    """(group key, (start, stop)) of a `_scaled_mm` that multiplies by rows start:stop of a joint weight
-    (`quant.join_projections`: its scale and bias the same rows of theirs), else None."""
-    if not (isinstance(node, torch.fx.Node) and node.target is torch.ops.aten._scaled_mm.default
-            and not node.kwargs and len(node.args) == 8 and node.args[5] is None):
-        return None
-    a, b, sa, sb, bias = node.args[:5]
-    w = _rows_of(b.args[0], 0) if _op(b, "aten.permute.default") and list(b.args[1]) == [1, 0] else None
-    sc = _rows_of(sb.args[0], 0) if _op(sb, "aten.unsqueeze.default") and sb.args[1] == 0 else None
-    bi = None if bias is None else _rows_of(bias, 0)
-    if w is None or sc is None or sc[1:] != w[1:] or (bias is not None and (bi is None or bi[1:] != w[1:])):
-        return None
-    return (_struct(a), _struct(sa), w[0], sc[0], None if bi is None else bi[0], *node.args[6:]), w[1:]
-
-
-def _fake(op: Any, *args: Any, **kwargs: Any) -> Any:
-    """`op` on the fake values of `args` (nodes) and `kwargs` (values)."""
-    vals = torch.fx.node.map_arg(args, lambda n: n.meta["val"])
-    flat = [v for v in torch.utils._pytree.tree_leaves((vals, kwargs)) if isinstance(v, torch.Tensor)]
-    with detect_fake_mode(flat) or nullcontext():
-        return op(*vals, **kwargs)
-
-
-def _emit(graph: torch.fx.Graph, op: Any, *args: Any) -> torch.fx.Node:
-    node = graph.call_function(op, args)
-    node.meta["val"] = _fake(op, *args)
-    return node
-
-
 class SharedRows(CustomGraphPass):
     """Fold `fp8_rows` of dequantized rows; drop an `ltx_tui::fp8_rows` whose input and `gelu` an
     earlier one in the graph had; fold the norm before the one `fp8_rows` of its output into it."""
@@ -269,7 +201,6 @@ class SharedRows(CustomGraphPass):
             self._fold(graph)
         if ENABLED:
             self._share(graph)
-            self._join(graph)
         if FOLD:
             self._fold_norms(graph)
             if ADDS:
@@ -300,46 +231,6 @@ class SharedRows(CustomGraphPass):
                 graph.erase_node(node)
                 if _source(view) is not view and not view.users:  # the view only it read
                     graph.erase_node(view)
-
-    @staticmethod
-    def _join(graph: torch.fx.Graph) -> None:
-        groups: dict[tuple, list] = {}
-        for node in graph.nodes:
-            found = _projection(node)
-            if found is not None:
-                groups.setdefault(found[0], []).append((found[1], node))
-        aten = torch.ops.aten
-        changed: set = set()
-        for key, members in groups.items():
-            members.sort(key=lambda m: m[0])
-            runs = [[members[0]]]
-            for m in members[1:]:
-                if m[0][0] == runs[-1][-1][0][1]:
-                    runs[-1].append(m)
-                else:
-                    runs.append([m])
-            for run in (r for r in runs if len(r) > 1):
-                order = {n: i for i, n in enumerate(graph.nodes)}
-                first = min((n for _, n in run), key=order.__getitem__)
-                lo, hi = run[0][0][0], run[-1][0][1]
-                a, sa = first.args[0], first.args[2]
-                w, sc, bias = key[2:5]
-                with graph.inserting_before(first):
-                    wt = _emit(graph, aten.permute.default, _emit(graph, aten.slice.Tensor, w, 0, lo, hi), [1, 0])
-                    sb = _emit(graph, aten.unsqueeze.default, _emit(graph, aten.slice.Tensor, sc, 0, lo, hi), 0)
-                    b = None if bias is None else _emit(graph, aten.slice.Tensor, bias, 0, lo, hi)
-                    mm = _emit(graph, aten._scaled_mm.default, a, wt, sa, sb, b, None, *key[5:])
-                    for (start, stop), node in run:
-                        part = _emit(graph, aten.slice.Tensor, mm, 1, start - lo, stop - lo)
-                        node.replace_all_uses_with(part)
-                        changed.add(part)
-                for _, node in run:
-                    old = node.args[1:5]
-                    graph.erase_node(node)
-                    for arg in old:
-                        _erase_dead(graph, arg)
-        if changed:  # the projections' users now read column slices of one output: their fake values again
-            _refresh(graph, changed)
 
     @staticmethod
     def _fold_norms(graph: torch.fx.Graph) -> None:
@@ -401,6 +292,9 @@ class SharedRows(CustomGraphPass):
 def install() -> bool:
     """Make `SharedRows` Inductor's post-grad custom pass (True: it is, now or already; False: another
     pass is there, or both its parts are off)."""
+    import backends.runtime.fast_norm  # noqa: F401  (defines ltx_tui::ada_zero, post_sa and their _rows)
+    import backends.runtime.quant  # noqa: F401  (defines ltx_tui::fp8_rows and ltx_tui::fp8_dequant_rows)
+
     if not (ENABLED or FOLD):
         return False
     current = config.post_grad_custom_post_pass
