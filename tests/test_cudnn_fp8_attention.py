@@ -63,8 +63,8 @@ def test_dense_function_keeps_small_and_masked_calls_in_bf16():
         return [torch.randn(1, n, heads * d, device="cuda", generator=g).to(torch.bfloat16) for n in (nq, nk, nk)]
 
     with torch.inference_mode():
-        small = qkv(126, FP8_MIN_TOKENS)  # the audio tokens' cross-attention: bf16, bit for bit
-        assert torch.equal(fn(*small, heads), exact(*small, heads))
+        small = qkv(126, FP8_MIN_TOKENS)  # the audio tokens' cross-attention: bf16 (flash first: few queries)
+        torch.testing.assert_close(fn(*small, heads), exact(*small, heads))
         stage_1 = qkv(1536, 1536)  # distilled's stage 1 at 768x512: bf16
         assert not takes_fp8(1536, 1536) and torch.equal(fn(*stage_1, heads), exact(*stage_1, heads))
         big = qkv(2048, 2048)
