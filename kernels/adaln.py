@@ -30,6 +30,36 @@ class Refused(ValueError):
 
 
 @triton.jit
+def _modulate(n, SCALE, SHIFT, sc_off, sh_off, d, m, dtype: tl.constexpr):
+    """n * (1 + scale) + shift, rounded to `dtype`."""
+    scale = tl.load(SCALE + sc_off + d, mask=m, other=0.0).to(tl.float32)
+    shift = tl.load(SHIFT + sh_off + d, mask=m, other=0.0).to(tl.float32)
+    return (n * (1.0 + scale) + shift).to(dtype)
+
+
+@triton.jit
+def _fp8_row(y, Q, S, row, D, d, m, QMAX: tl.constexpr):
+    """Row `row` of y (fp32) quantized into Q, its scale into S (`quantize_rows`'s arithmetic)."""
+    s = tl.maximum(tl.max(tl.abs(y), 0), 1e-12) / QMAX
+    tl.store(Q + row * D + d, (y / s).to(Q.dtype.element_ty), mask=m)
+    tl.store(S + row, s)
+
+
+@triton.jit
+def _gated_residual(X, Y, RES, row, D, d, m, G1, o1, sd1, G2, o2, sd2, GATES: tl.constexpr):
+    """RES = x + y * the gates (up to two, multiplied in fp32), stored; returns it as stored, in fp32."""
+    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
+    y = tl.load(Y + row * D + d, mask=m, other=0.0).to(tl.float32)
+    if GATES >= 1:
+        y = y * tl.load(G1 + o1 + d * sd1, mask=m, other=0.0).to(tl.float32)
+    if GATES >= 2:
+        y = y * tl.load(G2 + o2 + d * sd2, mask=m, other=0.0).to(tl.float32)
+    res = (x + y).to(RES.dtype.element_ty)
+    tl.store(RES + row * D + d, res, mask=m)
+    return res.to(tl.float32)
+
+
+@triton.jit
 def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
               KEEP: tl.constexpr, FP8: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
     """OUT = ada_zero(X) (with KEEP); with FP8, its rows (as rounded to OUT's dtype) quantized
@@ -40,16 +70,12 @@ def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shif
     m = d < D
     x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
     inv = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
-    scale = tl.load(SCALE + b * sb_scale + t * st_scale + d, mask=m, other=0.0).to(tl.float32)
-    shift = tl.load(SHIFT + b * sb_shift + t * st_shift + d, mask=m, other=0.0).to(tl.float32)
-    y = (x * inv * (1.0 + scale) + shift).to(OUT.dtype.element_ty)
+    y = _modulate(x * inv, SCALE, SHIFT, b * sb_scale + t * st_scale, b * sb_shift + t * st_shift, d, m,
+                  OUT.dtype.element_ty)
     if KEEP:
         tl.store(OUT + row * D + d, y, mask=m)
     if FP8:
-        yf = y.to(tl.float32)
-        s = tl.maximum(tl.max(tl.abs(yf), 0), 1e-12) / QMAX
-        tl.store(Q + row * D + d, (yf / s).to(Q.dtype.element_ty), mask=m)
-        tl.store(S + row, s)
+        _fp8_row(y.to(tl.float32), Q, S, row, D, d, m, QMAX)
 
 
 @triton.jit
@@ -61,32 +87,14 @@ def _post_sa(X, Y, GATE, W, RES, NORMED, S, T, D, eps, sb_gate, st_gate, HAS_W: 
     b, t = row // T, row % T
     d = tl.arange(0, BLOCK)
     m = d < D
-    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
-    y = tl.load(Y + row * D + d, mask=m, other=0.0).to(tl.float32)
-    gate = tl.load(GATE + b * sb_gate + t * st_gate + d, mask=m, other=0.0).to(tl.float32)
-    res = (x + y * gate).to(RES.dtype.element_ty)
-    tl.store(RES + row * D + d, res, mask=m)
-    r = res.to(tl.float32)
+    r = _gated_residual(X, Y, RES, row, D, d, m, GATE, b * sb_gate + t * st_gate, 1, GATE, 0, 0, 1)
     out = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
     if HAS_W:
         out = out * tl.load(W + d, mask=m, other=0.0).to(tl.float32)
     if FP8:
-        out = out.to(RES.dtype.element_ty).to(tl.float32)
-        s = tl.maximum(tl.max(tl.abs(out), 0), 1e-12) / QMAX
-        out = out / s
-        tl.store(S + row, s)
-    tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
-
-
-@triton.jit
-def _modulated_rows(n, SCALE, SHIFT, sc_off, sh_off, d, m, Q, S, row, D, QMAX: tl.constexpr, dtype: tl.constexpr):
-    """The fp8 rows (and their scale) of n * (1 + scale) + shift as rounded to `dtype`."""
-    scale = tl.load(SCALE + sc_off + d, mask=m, other=0.0).to(tl.float32)
-    shift = tl.load(SHIFT + sh_off + d, mask=m, other=0.0).to(tl.float32)
-    y = (n * (1.0 + scale) + shift).to(dtype).to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(y), 0), 1e-12) / QMAX
-    tl.store(Q + row * D + d, (y / s).to(Q.dtype.element_ty), mask=m)
-    tl.store(S + row, s)
+        _fp8_row(out.to(RES.dtype.element_ty).to(tl.float32), NORMED, S, row, D, d, m, QMAX)
+    else:
+        tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -99,21 +107,14 @@ def _add_ada_zero(X, Y, G1, G2, SC1, SH1, SC2, SH2, RES, Q1, S1, Q2, S2, T, D, e
     b, t = row // T, row % T
     d = tl.arange(0, BLOCK)
     m = d < D
-    x = tl.load(X + row * D + d, mask=m, other=0.0).to(tl.float32)
-    y = tl.load(Y + row * D + d, mask=m, other=0.0).to(tl.float32)
-    if GATES >= 1:
-        y = y * tl.load(G1 + b * g1b + t * g1t + d * g1d, mask=m, other=0.0).to(tl.float32)
-    if GATES >= 2:
-        y = y * tl.load(G2 + b * g2b + t * g2t + d * g2d, mask=m, other=0.0).to(tl.float32)
-    res = (x + y).to(RES.dtype.element_ty)
-    tl.store(RES + row * D + d, res, mask=m)
-    r = res.to(tl.float32)
+    r = _gated_residual(X, Y, RES, row, D, d, m, G1, b * g1b + t * g1t, g1d, G2, b * g2b + t * g2t, g2d, GATES)
     n = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
-    _modulated_rows(n, SC1, SH1, b * s1b + t * s1t, b * h1b + t * h1t, d, m, Q1, S1, row, D, QMAX,
-                    RES.dtype.element_ty)
+    dtype = RES.dtype.element_ty
+    _fp8_row(_modulate(n, SC1, SH1, b * s1b + t * s1t, b * h1b + t * h1t, d, m, dtype).to(tl.float32),
+             Q1, S1, row, D, d, m, QMAX)
     if TWO:
-        _modulated_rows(n, SC2, SH2, b * s2b + t * s2t, b * h2b + t * h2t, d, m, Q2, S2, row, D, QMAX,
-                        RES.dtype.element_ty)
+        _fp8_row(_modulate(n, SC2, SH2, b * s2b + t * s2t, b * h2b + t * h2t, d, m, dtype).to(tl.float32),
+                 Q2, S2, row, D, d, m, QMAX)
 
 
 def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[tuple[int, int]]:
