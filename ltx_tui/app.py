@@ -599,7 +599,7 @@ class LtxTuiApp(App):
             if yes:
                 self._quit()
         self._quit_question = ConfirmScreen("The profile has unsaved changes. Quit without exporting? "
-                                            "(the same key again quits)", "Quit", "Stay")
+                                            "(the same key again quits)", "Quit", "Stay", yes_keys="q,ctrl+c")
         self.push_screen(self._quit_question, answered)
 
     async def action_quit(self) -> None:

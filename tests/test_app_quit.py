@@ -71,7 +71,7 @@ async def test_ctrl_c_and_the_palettes_quit_ask_when_there_are_unsaved_changes()
         assert isinstance(app.screen, ConfirmScreen) and app.is_running
         await pilot.press("ctrl+c")  # the same key again at the question quits
         await pilot.pause()
-    assert not app.is_running
+        assert app.return_code == 0  # exit() was called (leaving run_test's block would stop any app)
 
 
 async def test_ctrl_c_quits_and_help_says_so():
@@ -108,3 +108,23 @@ async def test_a_signal_quits_at_once_and_kills_the_workers(sleeping_workers):
         assert signal.getsignal(signum) is noted  # the handler from before the app is back
     finally:
         signal.signal(signum, before)
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+async def test_the_same_key_again_at_the_quit_question_quits(key):
+    """The question says "the same key again quits": with the dialog's button focused too (a user
+    found q and ctrl+c swallowed by the dialog, only ctrl+q quit)."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")  # the first option's next value: unsaved changes
+        await pilot.pause()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.dirty
+        await pilot.press(key)
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press(key)
+        await pilot.pause()
+        assert app.return_code == 0  # exit() was called (leaving run_test's block would stop any app)
