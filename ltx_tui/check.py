@@ -160,6 +160,9 @@ def _load(profile_path: str | None, capability: str | None, usage_error, gpus: i
     warnings: list[str] = []
     cap_warnings: list[str] = []
     profile = Profile()
+    if profile_path == "":
+        return usage_error("profile", "--profile was given an empty path; name a TOML profile file, or leave "
+                                      "--profile out for the default profile")
     if profile_path:
         try:
             profile, read_warnings = profmod.read(profile_path)
@@ -270,6 +273,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
     plan = plan_here(profile, cap, run=run)
     code = plan.exit_code(strict=strict)
+    if strict and (warnings or cap_warnings):  # --strict: the profile's and capability's warnings too
+        code = max(code, EXIT_ERRORS)
     memory = plan_memory(plan, run, free_bytes(cap, profile)) if run is not None else None
     if memory is not None and memory.fits is False:
         code = EXIT_ERRORS

@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
     if args.gpus is not None and not (args.check or args.explain) or args.gpus is not None and args.tune:
         parser.error("--gpus goes with --check or --explain (parallel.gpus for the check)")
+    if args.profile == "" and not args.check:  # --check says it in its JSON too
+        parser.error("--profile was given an empty path; name a TOML profile file, or leave --profile out")
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "

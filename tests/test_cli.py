@@ -222,3 +222,26 @@ def test_ltx_args_output_file(capsys, tmp_path):
     assert code == 2 and "cannot write" in err
     with pytest.raises(SystemExit):
         main(["--check", "--output", str(target)])  # --output needs --ltx-args
+
+
+def test_strict_fails_on_a_profile_warning(capsys, tmp_path):
+    """--strict: "any fallback or warning" exits 1, the profile's own warnings too (a user found a
+    profile without schema_version passing --strict with its warning printed)."""
+    path = tmp_path / "p.toml"
+    path.write_text('[transformer]\nquantization = "none"\n')
+    code, out, _ = run(capsys, "--check", "--json", "--profile", str(path), "--capability", "h200")
+    doc = json.loads(out)
+    assert code == 0 and any("schema_version" in w for w in doc["profile"]["warnings"])
+    code, out, _ = run(capsys, "--check", "--json", "--strict", "--profile", str(path), "--capability", "h200")
+    assert code == 1 and json.loads(out)["exit_code"] == 1
+
+
+def test_an_empty_profile_path_is_a_usage_error(capsys):
+    code, _, err = run(capsys, "--check", "--profile", "", "--capability", "h200")
+    assert code == 2 and "profile" in err
+
+
+def test_an_empty_profile_path_is_a_usage_error_for_the_app_too(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--profile", ""])
+    assert e.value.code == 2 and "empty path" in capsys.readouterr().err
