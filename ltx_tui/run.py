@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import signal
 import sys
 
 from backends.machine import runs as ledger_mod
+from backends.machine.text import printable
 from backends.machine.textfile import FileProblem
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -201,10 +203,20 @@ def _of_ranks(r) -> str:
     return f" (rank {r.rank}" + (f" of {world}" if world else "") + ")"
 
 
+def _profile(r) -> str:
+    """The run's profile path, or what running without one means."""
+    return printable(r.profile.get("path") or "none (LTX-2 as built, its own flags)")
+
+
+def _argv(r) -> str:
+    """LTX-2's argv as a shell would take it back (quoted), cut at 60 characters."""
+    return printable(shlex.join(r.ltx_argv))[:60] or "(none)"
+
+
 def show(r) -> str:
     """One run stage by stage: seconds, steps, peak allocated/reserved, the memory plan's prediction."""
     lines = [f"run {r.id}: {r.module}{_of_ranks(r)} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, "
-             f"profile {r.profile.get('path')}"]
+             f"profile {_profile(r)}"]
     if r.error:
         lines.append(f"  error: {r.error}")
     lines.append(f"  {'stage':<20} {'s':>9} {'load s':>7} {'compute':>8} {'steps':>5} {'s/step':>7} {'peak GiB':>8} "
@@ -239,8 +251,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def compare(a, b) -> str:
     """Two runs side by side per stage (matched by stage name), B's speed-up over A."""
-    lines = [f"A = {a.id} ({a.module}{_of_ranks(a)}, {a.profile.get('path')}, ltx argv: {' '.join(a.ltx_argv)[:60]})",
-             f"B = {b.id} ({b.module}{_of_ranks(b)}, {b.profile.get('path')}, ltx argv: {' '.join(b.ltx_argv)[:60]})",
+    lines = [f"A = {a.id} ({a.module}{_of_ranks(a)}, profile {_profile(a)}, ltx argv: {_argv(a)})",
+             f"B = {b.id} ({b.module}{_of_ranks(b)}, profile {_profile(b)}, ltx argv: {_argv(b)})",
              f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A comp':>8} {'B comp':>8} {'A/B':>7} "
              f"{'A peak':>8} {'B peak':>8} {'B plan':>8}"]
     names = [s.name for s in a.stages] + [s.name for s in b.stages if s.name not in {x.name for x in a.stages}]

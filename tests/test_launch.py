@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -398,3 +399,18 @@ def test_a_models_record_says_whether_its_block_loop_was_captured():
     assert built(SimpleNamespace(reason=None, replays=6)).compile == "block loop captured, 6 replay(s)"
     assert built(SimpleNamespace(reason="capture failed: x", replays=0), "1 graph(s) compiled").compile == \
         "1 graph(s) compiled; block loop not captured: capture failed: x"
+
+
+def test_runs_without_a_profile_say_so_and_quote_ltx2s_argv(tmp_path, capsys):
+    """A run of LTX-2 as built has no profile: the listing says what that means, never Python's None;
+    argv comes back quoted as a shell takes it (a user saw `profile None` and `--prompt a cat`)."""
+    path = tmp_path / "runs.jsonl"
+    bare = dataclasses.replace(record("20261130-220000-aaaa"), profile={}, ltx_argv=("--prompt", "a cat"))
+    runs.append(bare, path)
+    runs.append(record("20261130-230000-bbbb"), path)
+    assert main(["runs", "--ledger", str(path), "--show", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "profile none (LTX-2 as built" in out
+    assert main(["runs", "--ledger", str(path), "--compare", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "--prompt 'a cat'" in out and "profile p.toml" in out
