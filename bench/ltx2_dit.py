@@ -67,7 +67,6 @@ one thing of the profile's runtime in that variant's process:
                  static bound of LTX-2's q/k RMSNorm (`dense_attention.QKBound`)
   per-token      without `runtime.timestep_rows` (timesteps equal across the tokens embedded and read
                  per token, as LTX-2 is called)
-  tables-each-call  without `runtime.rope_tables` (the RoPE tables computed at every forward, as LTX-2 does)
   multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
                  each timed against the looped one at its first call)
   autotune       Inductor's `max_autotune_gemm` (Triton GEMM templates timed against cuBLAS, the
@@ -176,7 +175,6 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),
     "cudnn-few-q": ("few-query calls on cuDNN", "backends.runtime.dense_attention", "FEW_QUERIES", 10**9),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),
-    "tables-each-call": ("RoPE tables at every forward", "backends.runtime.rope_tables", "ENABLED", False),
     "multi-kernel": ("Inductor multi-kernel reductions", "torch._inductor.config", "triton.multi_kernel", 1),
     "autotune": ("Inductor GEMM autotuning", "torch._inductor.config", "max_autotune_gemm", True),
     "coord": ("Inductor coordinate-descent tuning", "torch._inductor.config", "coordinate_descent_tuning", True),

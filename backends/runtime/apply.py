@@ -46,7 +46,7 @@ from backends.runtime.block_graph import LoopGraphs, capture_loop, loop_owner
 from backends.runtime.compile_cache import mark_cacheable, use_compile_caches
 from backends.runtime.compile_watch import CompileHealth, CompileWatch
 from backends.runtime.dense_attention import DenseFunction
-from backends.runtime import rope_tables, timestep_rows
+from backends.runtime import timestep_rows
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
 from backends.runtime.quant import fuse_gelu, plan_quantization
@@ -269,7 +269,6 @@ def _prepare_dense(step: Step, model, plan, device, include) -> Apply:
 
 
 ONE_ROW = "; timesteps equal across a modality's tokens passed as one AdaLN row"  # what timestep_rows.install did
-TABLES = "; RoPE tables computed once while the positions stay the same"  # what rope_tables.install did
 
 
 def _prepare_fast_norm(step: Step, model, plan, device, include) -> Apply:
@@ -412,10 +411,8 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         for block in blocks:
             block.forward = torch.compile(block.forward, **kwargs)
         model.forward = _recompile_limit(model.forward)
-        tables = False
         if loop:
             report.loop_graphs = capture_loop(model)
-            tables = rope_tables.install(model)  # with the loop captured, the host's work around it shows
         elif graphs:
             model.register_forward_pre_hook(_step_begin)
             model.register_forward_hook(_copy_out)
@@ -424,7 +421,7 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
             f"{k}={v}" for k, v in kwargs.items()) + (
             "; the block loop captured as one CUDA graph per input shape, from its second call" if loop else
             "; CUDA-graph step marked at each forward" if graphs else "") + (
-            ONE_ROW if rows else "") + (TABLES if tables else "")
+            ONE_ROW if rows else "")
         report.add("compile.enabled", "compiled", detail, names)
         for key in step.options[1:]:
             report.add(key, "set", toml_value(plan[key].effective))
@@ -445,10 +442,9 @@ def _prepare_capture(step: Step, model, plan, device, include) -> Apply:
             return
         report.loop_graphs = graphs
         rows = timestep_rows.install(model)
-        tables = rope_tables.install(model)
         report.add("compile.capture", "captured", "LTX-2's block loop, its blocks eager, as one CUDA graph per input "
                    "shape, from its second call" +
-                   (ONE_ROW if rows else "") + (TABLES if tables else ""),
+                   (ONE_ROW if rows else ""),
                    [type(graphs.owner).__name__])
     return apply
 
