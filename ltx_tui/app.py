@@ -41,7 +41,7 @@ from backends.machine.tuned import Candidate, Tuned, load_tuned
 from backends.machine.worker import kill_all, run_worker
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.check import free_bytes
-from ltx_tui.screens.confirm import ConfirmScreen
+from ltx_tui.screens.confirm import QuitQuestion
 from ltx_tui.screens.edit import CANCELLED, ChoiceScreen, ValueScreen
 from ltx_tui.screens.explain import ExplainScreen
 from ltx_tui.screens.export import ExportScreen
@@ -182,7 +182,7 @@ class LtxTuiApp(App):
         self._smoke_cancel: threading.Event | None = None
         self._tune_cancel: threading.Event | None = None
         self._first_frame = self._gpus_shown = self._probing = False
-        self._quit_question: ConfirmScreen | None = None
+        self._quit_question: QuitQuestion | None = None
         # (tab, widget): what `action_tab` asked that tab to focus once its activation arrives
         self._focus_in_tab: tuple[str, str] | None = None
 
@@ -598,8 +598,8 @@ class LtxTuiApp(App):
             self._quit_question = None
             if yes:
                 self._quit()
-        self._quit_question = ConfirmScreen("The profile has unsaved changes. Quit without exporting? "
-                                            "(the same key again quits)", "Quit", "Stay", yes_keys="q,ctrl+c")
+        self._quit_question = QuitQuestion("The profile has unsaved changes. Quit without exporting? "
+                                           "(the same key again quits)", "Quit", "Stay")
         self.push_screen(self._quit_question, answered)
 
     async def action_quit(self) -> None:

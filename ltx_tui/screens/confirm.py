@@ -13,13 +13,9 @@ from textual.widgets import Button, Label
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str, yes: str = "Yes", no: str = "No", yes_keys: str = "") -> None:
-        """`yes_keys`: more keys that answer yes (comma-separated; they win over the screen's own, as
-        ctrl+c's copy): a modal screen does not see the app's keys."""
+    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
         super().__init__()
         self.question, self.yes, self.no = question, yes, no
-        if yes_keys:
-            self._bindings.bind(yes_keys, "answer(True)", yes, show=False, priority=True)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -36,3 +32,10 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
+
+
+class QuitQuestion(ConfirmScreen):
+    """The quit question: the key that asked it (q, ctrl+c) answers yes. A modal screen does not see
+    the app's keys, and these win over the screen's own (ctrl+c's copy)."""
+
+    BINDINGS = [Binding("q,ctrl+c", "answer(True)", "Quit", show=False, priority=True)]
