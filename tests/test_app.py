@@ -438,6 +438,34 @@ async def test_an_export_error_names_the_path_typed(tmp_path):
             assert said.startswith(f"not written: {path}: ") and ".tmp" not in said, said
 
 
+async def test_an_export_to_a_directory_names_it_once_and_keep_says_so(tmp_path):
+    """A user saw "not written: D.toml: D.toml: is a directory", and after answering Keep (n) to the
+    overwrite question the old error stayed, with nothing saying the file was kept."""
+    (tmp_path / "d.toml").mkdir()
+    (tmp_path / "old.toml").write_text("# mine\n")
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        box = app.screen.query_one("#path", Input)
+        box.value = str(tmp_path / "d.toml")
+        box.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        said = str(app.screen.query_one("#export-error", Static).render())
+        assert said.count(str(tmp_path / "d.toml")) == 1 and "is a directory" in said, said
+        box.value = str(tmp_path / "old.toml")
+        box.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("n")  # Keep
+        await pilot.pause()
+        said = str(app.screen.query_one("#export-error", Static).render())
+        assert "kept" in said and str(tmp_path / "old.toml") in said and "is a directory" not in said, said
+    assert (tmp_path / "old.toml").read_text() == "# mine\n"
+
+
 async def test_profile_value_that_looks_like_markup_shows_the_banner(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text('[diffvae]\nmode = "[/]"\n')

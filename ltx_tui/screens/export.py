@@ -96,6 +96,8 @@ class ExportScreen(ModalScreen[Path | None]):
             def answered(yes: bool | None) -> None:
                 if yes:
                     self._write(path, overwrite=True)
+                else:
+                    self._say(f"kept {printable(str(path))} as it is; nothing written", "yellow")
             self.app.push_screen(ConfirmScreen(f"{printable(str(path))} exists. Overwrite it?", "Overwrite", "Keep"),
                                  answered)
             return
@@ -108,6 +110,7 @@ class ExportScreen(ModalScreen[Path | None]):
         """Why `path` was not written, naming it (an OS error names the hidden temporary file beside it,
         or no file at all: "[Errno 28] No space left on device")."""
         why = e.strerror if e.errno is not None and e.strerror else str(e)
+        why = why.removeprefix(f"{path}: ")  # a message of ours that names the path already
         self._say(f"not written: {printable(str(path))}: {printable(why)}", "red")
 
     def _write(self, path: Path, overwrite: bool) -> None:
