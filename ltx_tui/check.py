@@ -127,8 +127,12 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
     return "\n".join(out) + "\n"
 
 
-def summary_line(decisions: list[Decision], results: list, code: int, memory: MemoryPlan | None = None) -> str:
+def summary_line(decisions: list[Decision], results: list, code: int, memory: MemoryPlan | None = None,
+                 strict_warnings: int = 0) -> str:
+    """`strict_warnings`: the profile's and capability's warnings that --strict counted."""
     s = str(summarize(decisions))
+    if strict_warnings:
+        s += f"; {strict_warnings} profile/capability warning(s) (--strict)"
     if results:
         s += "; smoke " + smokemod.summary(results)
     if memory is not None:
@@ -344,7 +348,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
     else:
-        stdout.write(summary_line(list(plan), results, code, memory))
+        stdout.write(summary_line(list(plan), results, code, memory,
+                                  len(warnings) + len(cap_warnings) if strict else 0))
     return code
 
 

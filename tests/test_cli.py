@@ -234,6 +234,8 @@ def test_strict_fails_on_a_profile_warning(capsys, tmp_path):
     assert code == 0 and any("schema_version" in w for w in doc["profile"]["warnings"])
     code, out, _ = run(capsys, "--check", "--json", "--strict", "--profile", str(path), "--capability", "h200")
     assert code == 1 and json.loads(out)["exit_code"] == 1
+    code, out, _ = run(capsys, "--check", "--strict", "--profile", str(path), "--capability", "h200")
+    assert code == 1 and "1 profile/capability warning(s) (--strict) -> exit 1" in out  # the summary says why
 
 
 def test_an_empty_profile_path_is_a_usage_error(capsys):
