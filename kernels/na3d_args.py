@@ -33,9 +33,39 @@ def as_triple(value, name: str, kind: type) -> tuple:
     return items
 
 
+def _plain_triple(value, kind: type) -> tuple | None:
+    """`value` as a 3-tuple when it is exactly `kind` or a tuple/list of 3 of exactly `kind`; else None."""
+    if type(value) is kind:
+        return (value,) * 3
+    if type(value) in (tuple, list) and len(value) == 3:
+        a, b, c = value
+        if type(a) is kind and type(b) is kind and type(c) is kind:
+            return (a, b, c)
+    return None
+
+
 def check_na3d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel_size: IntOr3,
                is_causal: BoolOr3 = False, dtypes: Sequence[torch.dtype] | None = None) -> tuple[Triple, tuple[bool, bool, bool]]:
-    """Validate q/k/v and the window; returns (kernel triple, causal triple). Raises with what is allowed."""
+    """Validate q/k/v and the window; returns (kernel triple, causal triple). Raises with what is allowed.
+
+    The decoder makes hundreds of NA calls a decode: a call that plainly passes every check
+    (tensors of one shape, dtype and device; plain ints and bools) is accepted in a few
+    comparisons; anything else goes through `_check_each`, which names what is wrong.
+    """
+    kernel = _plain_triple(kernel_size, int)
+    causal = _plain_triple(is_causal, bool)
+    if (kernel is not None and causal is not None and type(q) is torch.Tensor and type(k) is torch.Tensor
+            and type(v) is torch.Tensor):
+        shape = q.shape
+        if (len(shape) == 6 and k.shape == shape and v.shape == shape and 0 not in shape
+                and q.dtype == k.dtype == v.dtype and (dtypes is None or q.dtype in dtypes)
+                and q.device == k.device == v.device
+                and 1 <= kernel[0] <= shape[1] and 1 <= kernel[1] <= shape[2] and 1 <= kernel[2] <= shape[3]):
+            return kernel, causal
+    return _check_each(q, k, v, kernel_size, is_causal, dtypes)
+
+
+def _check_each(q, k, v, kernel_size, is_causal, dtypes) -> tuple[Triple, tuple[bool, bool, bool]]:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

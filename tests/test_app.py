@@ -810,3 +810,20 @@ async def test_memory_bars_follow_the_options():
         await choose(pilot, "offload.mode", "cpu")
         text = str(bars.render())
         assert "fits with" in text and "fix:" not in text
+
+
+async def test_an_export_into_a_missing_folder_is_refused_and_names_the_folder(tmp_path):
+    """A user's export to new/x.toml made the folder `new` without asking, where `--output` refuses."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        box = app.screen.query_one("#path", Input)
+        box.value = str(tmp_path / "new" / "x.toml")
+        box.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        said = str(app.screen.query_one("#export-error", Static).render())
+        assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
+    assert not (tmp_path / "new").exists()

@@ -219,7 +219,10 @@ def test_ltx_args_output_file(capsys, tmp_path):
     assert "--diffvae-optimization chunked_eager" in target.read_text()
     code, _, err = run(capsys, "--check", "--ltx-args", "--output", str(tmp_path / "no" / "dir" / "x.sh"),
                        "--capability", "h100")
-    assert code == 2 and "cannot write" in err
+    assert code == 2 and "no/dir does not exist; create it (mkdir -p " in err
+    (tmp_path / "f").write_text("")
+    code, _, err = run(capsys, "--check", "--ltx-args", "--output", str(tmp_path / "f" / "x.sh"), "--capability", "h100")
+    assert code == 2 and f"{tmp_path / 'f'} is not a folder" in err
     with pytest.raises(SystemExit):
         main(["--check", "--output", str(target)])  # --output needs --ltx-args
 

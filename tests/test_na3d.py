@@ -135,6 +135,40 @@ def test_triton_noncontiguous_inputs():
     torch.testing.assert_close(na3d_triton(q, kt, v, (1, 3, 3)), want, atol=1e-5, rtol=1e-5)
 
 
+def _outcome(check, *args):
+    try:
+        return check(*args)
+    except (TypeError, ValueError) as e:
+        return type(e), str(e)
+
+
+@pytest.mark.parametrize("other", ["same", "k_short", "v_dim", "v_fp16", "k_param", "empty", "five_dims", "list"])
+def test_the_fast_check_agrees_with_the_full_checks(other):
+    from kernels.na3d_args import _check_each, check_na3d
+
+    q = torch.randn(1, 3, 4, 5, 2, 8)
+    k, v = q.clone(), q.clone()
+    if other == "k_short":
+        k = k[:, :2]
+    elif other == "v_dim":
+        v = torch.randn(1, 3, 4, 5, 2, 4)
+    elif other == "v_fp16":
+        v = v.half()
+    elif other == "k_param":
+        k = torch.nn.Parameter(k)
+    elif other == "empty":
+        q, k, v = (t[:0] for t in (q, k, v))
+    elif other == "five_dims":
+        q, k, v = (t[0] for t in (q, k, v))
+    elif other == "list":
+        q = q.tolist()
+    kernels = (3, (3, 3, 3), [1, 3, 5], (3, 5, 6), (0, 3, 3), 3.0, True, (3, 3, True), (3, 3), [3] * 4, "333")
+    causals = (False, True, (True, False, False), [False] * 3, 1, (0, 0, 0), (True, False))
+    for kernel_size, is_causal in itertools.product(kernels, causals):
+        args = (q, k, v, kernel_size, is_causal, (torch.float32,))
+        assert _outcome(check_na3d, *args) == _outcome(_check_each, *args), (kernel_size, is_causal)
+
+
 @pytest.mark.parametrize("fn", [na3d_reference, na3d_eager, na3d_triton])
 def test_bad_arguments_are_refused_with_the_reason(fn):
     q, k, v = rand((1, 3, 4, 5, 1, 8))

@@ -231,7 +231,6 @@ def save(profile: Profile, path: str | os.PathLike, *, capability: Any = None, o
     body = dumps(profile, generated).encode("utf-8")
     if p.is_dir():
         raise IsADirectoryError(f"{p}: is a directory; give a file name such as {p / 'ltx-profile.toml'}")
-    p.parent.mkdir(parents=True, exist_ok=True)
     try:
         textfile.write_atomically(p, body, overwrite=overwrite, wait=wait)
     except textfile.OutputExists:

@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import secrets
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -122,8 +123,14 @@ def check_output(path: str | os.PathLike, *, overwrite: bool) -> os.stat_result 
         return None
     try:
         st = os.stat(path)  # follows symlinks: the target is what gets written
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        folder = os.path.dirname(os.path.realpath(path))
+        if os.path.isdir(folder):
+            return None
+        if os.path.lexists(folder):
+            raise OutputError(path, f"{folder} is not a folder; give a path in a folder") from None
+        raise OutputError(path, f"its folder {folder} does not exist; create it (mkdir -p "
+                          f"{shlex.quote(folder)}) or give a path in an existing folder") from None
     if stat.S_ISREG(st.st_mode):
         if not overwrite:
             raise OutputExists(path, "exists")
