@@ -307,8 +307,18 @@ class LtxTuiApp(App):
         except Exception as e:  # shown in the banner with the retry key
             self.call_from_thread(self._probe_failed, str(e))
             return
-        tuned = load_tuned(cap)  # a small file, read off the UI thread too
-        self.call_from_thread(self._capability_ready, cap, tuned)
+        self.call_from_thread(self._capability_ready, cap, self._cached_tune(cap, self.run_shapes))
+
+    @staticmethod
+    def _cached_tune(cap: capmod.Capability, shapes: RunShapes) -> Tuned | None:
+        """The cached tune at the run's shapes, else the latest one (a small file: read off the UI thread)."""
+        return load_tuned(cap, shapes.label) or load_tuned(cap)
+
+    def _cached_note(self, tuned: Tuned) -> str:
+        if tuned.shapes == self.run_shapes.label:
+            return f" (cached {tuned.written}; press u to tune again)"
+        return (f" (cached {tuned.written}; measured at {tuned.shapes}, not this run's {self.run_shapes.label}: "
+                "press u to tune at it)")
 
     def _probe_failed(self, reason: str) -> None:
         self._probing = False
@@ -333,7 +343,7 @@ class LtxTuiApp(App):
         self.capability = cap
         if tuned is not None:
             self.tuned = tuned
-            self.query_one(TunePanel).show(tuned, f" (cached {tuned.written}; press u to tune again)")
+            self.query_one(TunePanel).show(tuned, self._cached_note(tuned))
         for panel in self.query(BackendsPanel):
             panel.show(cap)
         self._show_target()
@@ -568,6 +578,23 @@ class LtxTuiApp(App):
         if event.shapes != self.run_shapes:
             self.run_shapes = event.shapes
             self.query_one(TunePanel).idle(self.run_shapes.label)
+            self._resolve()
+            if self.capability is not None and self.tuned is not None:
+                self._load_tune(self.capability, self.run_shapes)
+
+    @work(thread=True, group="tune-cache", exclusive=True, exit_on_error=False)
+    def _load_tune(self, cap: capmod.Capability, shapes: RunShapes) -> None:
+        tuned = self._cached_tune(cap, shapes)
+        self.call_from_thread(self._cached_tune_ready, tuned, shapes)
+
+    def _cached_tune_ready(self, tuned: Tuned | None, shapes: RunShapes) -> None:
+        """The run's shapes changed: `auto` follows the tune at them where one is cached."""
+        if tuned is None or shapes != self.run_shapes or self._tune_cancel is not None:
+            return
+        changed = tuned != self.tuned
+        self.tuned = tuned
+        self.query_one(TunePanel).show(tuned, self._cached_note(tuned))
+        if changed:
             self._resolve()
 
     def action_run_shape(self) -> None:

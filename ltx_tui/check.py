@@ -18,13 +18,12 @@ from backends.machine import textfile
 from backends.machine.text import printable
 from backends.machine.presets import load_capability
 from backends.config.run_length import run_calls
-from backends.machine.tuned import load_tuned
 from backends.config import profile as profmod
 from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
 from backends.config.ltx2_shapes import RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
-from backends.config.plan import plan_here
+from backends.config.plan import plan_here, tuned_note
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
 
@@ -274,8 +273,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     if isinstance(loaded, int):
         return loaded
     profile, warnings, cap, cap_warnings = loaded
-    tuned = load_tuned(cap)  # what `ltx-tui --tune` measured here (None for another machine's capability)
     plan = plan_here(profile, cap, run=run)
+    tuned = plan.tuned  # what `ltx-tui --tune` measured here (None for another machine's capability)
     code = plan.exit_code(strict=strict)
     if strict and (warnings or cap_warnings):  # --strict: the profile's and capability's warnings too
         code = max(code, EXIT_ERRORS)
@@ -302,7 +301,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     if not as_json:
         notes = warnings + cap_warnings
         if tuned is not None:
-            notes = notes + [f"auto follows `ltx-tui --tune` measurements at {tuned.shapes} ({tuned.written})"]
+            notes = notes + [tuned_note(tuned, run)]
         stdout.write(render_text(cap, profile_path or "default (no --profile)", notes, list(plan),
                                  use_colour(stdout)))
     if memory is not None and not as_json:

@@ -258,3 +258,29 @@ def test_every_text_field_of_the_app_takes_keys_in_order():
     plain = [f"{p.name}:{n}" for p in root.rglob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"(?<!Ordered)Input\(", line) and "class OrderedInput" not in line]
     assert plain == []
+
+
+async def test_auto_follows_the_tune_at_the_plan_tabs_run_and_says_when_there_is_none():
+    """A tune of a tiny run drove `auto` for the real one with nothing shown: the Tune tab now takes the
+    tune at the Plan tab's run where one is cached, and says when it shows another shape's."""
+    from backends.machine.tuned import Candidate, Tuned, store_tuned
+
+    cap = dataclasses.replace(preset("h200"), source="live")
+    na = "diffvae.na_backend"
+
+    def tune(shapes, fast, slow, written):
+        return dataclasses.replace(Tuned(cap.fingerprint(), shapes, (Candidate(na, fast, "measured", 1.0, 1e-3),
+                                                                      Candidate(na, slow, "measured", 5.0, 1e-3))),
+                                   written=written)
+    store_tuned(cap, tune("768x512x121", "eager_sdpa", "triton", "2026-11-30T10:00:00+00:00"))
+    store_tuned(cap, tune("1536x1024x121", "triton", "eager_sdpa", "2026-11-30T09:00:00+00:00"))
+    app = make_app(None, prober=lambda: cap)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.tuned is not None and app.decisions)
+        assert app.tuned.shapes == "768x512x121" and app.decisions[na].effective == "eager_sdpa"
+        await set_run(pilot, resolution="1536x1024")
+        await wait_for(pilot, lambda: app.tuned.shapes == "1536x1024x121")
+        assert app.decisions[na].effective == "triton" and "not this run's" not in text(app, "#tune-status")
+        await set_run(pilot, resolution="1024x1024")
+        await wait_for(pilot, lambda: "not this run's 1024x1024x121" in text(app, "#tune-status"))
+        assert "measured at 768x512x121" in text(app, "#tune-status")  # the latest, said to be another shape's

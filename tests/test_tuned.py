@@ -242,3 +242,38 @@ def test_a_cached_value_this_version_does_not_know_is_not_weighed(cache_home):
     plan = resolve(Profile(), cap, odd)
     assert plan[MODE].effective == "chunked_eager" and "measured" in plan[MODE].chain[-1].reason
     assert plan[COMPILE].effective is False
+
+
+def test_a_plan_for_a_run_follows_the_tune_at_its_shape_and_says_when_there_is_none():
+    """A user tuned a tiny run (256x224x17) last; `--check` of the real run let it drive `auto` saying
+    nothing about the shape."""
+    from backends.config.ltx2_shapes import RunShapes
+    from backends.config.plan import plan_here, tuned_note
+
+    cap = live()
+    real = dataclasses.replace(T(cap, (NA, "eager_sdpa", "measured", 4.0, 1e-3), (NA, "triton", "measured", 9.0, 1e-3)),
+                               written="2026-11-30T10:00:00+00:00")
+    tiny = dataclasses.replace(T(cap, (NA, "triton", "measured", 1.0, 1e-3), (NA, "eager_sdpa", "measured", 2.0, 1e-3),
+                                 shapes="256x224x17"), written="2026-11-30T11:00:00+00:00")
+    store_tuned(cap, real)
+    store_tuned(cap, tiny)
+    run = RunShapes(768, 512, 121)
+    plan = plan_here(Profile(), cap, run=run)
+    assert plan.tuned.shapes == "768x512x121" and plan[NA].effective == "eager_sdpa"
+    assert tuned_note(plan.tuned, run).endswith("(2026-11-30T10:00:00+00:00)")
+    other = RunShapes(1536, 1024, 121)
+    plan = plan_here(Profile(), cap, run=other)
+    assert plan.tuned.shapes == "256x224x17"  # none at this shape: the latest, and the note says so
+    assert ("at 256x224x17 (2026-11-30T11:00:00+00:00), not at this run's 1536x1024x121" in tuned_note(plan.tuned, other)
+            and "`ltx-tui --tune --resolution 1536x1024 --frames 121`" in tuned_note(plan.tuned, other))
+    assert "not at LTX-2's default run, 768x512x121" in tuned_note(plan_here(Profile(), cap).tuned, None)
+
+
+def test_check_text_says_the_tune_was_at_another_shape(capsys, monkeypatch):
+    from ltx_tui import check
+
+    cap = live()
+    store_tuned(cap, T(cap, (NA, "triton", "measured", 1.0, 1e-3), shapes="256x224x17"))
+    monkeypatch.setattr(check.capmod, "probe", lambda: cap)
+    assert check.run_check(profile_path=None, capability=None, as_json=False, strict=False) == 0
+    assert "not at LTX-2's default run, 768x512x121" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from backends.config.ltx2_shapes import RunShapes
+from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes
 from backends.config.options import OPTIONS_BY_KEY, Profile, show_value, toml_value
 from backends.config.rules import Decision, Status, Summary, decide, exit_code, summarize
 from backends.config.run_length import UNIT, RunLength
@@ -207,7 +207,21 @@ def plan_here(profile: Profile, capability: Capability, device: Any = None, leng
     from backends.machine.tuned import load_tuned
 
     here = capability if device is None else capability.for_device(device)
-    return resolve(profile, here, load_tuned(capability), length, run)
+    tuned = (load_tuned(capability, run.label) if run is not None else None) or load_tuned(capability)
+    return resolve(profile, here, tuned, length, run)
+
+
+def tuned_note(tuned: Tuned, run: RunShapes | None) -> str:
+    """What `auto` follows, in words, and the tune to run where it was measured at another shape than
+    the run's (`run`; None: LTX-2's default run, which ltx-tui plans for until told otherwise)."""
+    head = f"auto follows `ltx-tui --tune` measurements at {tuned.shapes} ({tuned.written})"
+    target = run or DEFAULT_RUN
+    if tuned.shapes == target.label:
+        return head
+    whose = "this run's" if run is not None else "LTX-2's default run,"
+    frames = f" --frames {target.frames}" + (f" --batch {target.batch}" if target.batch > 1 else "")
+    return (f"{head}, not at {whose} {target.label}: the fastest choice can differ with the shape; measure "
+            f"it with `ltx-tui --tune --resolution {target.width}x{target.height}{frames}`")
 
 
 def explain(key: str, plan: Plan) -> str:
