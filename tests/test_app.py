@@ -664,6 +664,8 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         await wait_for(pilot, lambda: table.row_count == 2)  # each candidate's row as it finishes
         live = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
         assert [r[1] for r in live] == ["triton", "eager_sdpa"] and live[0][3] == "2.000" and live[1][2] == "█" * 16
+        assert live[0][2].strip() == "█"  # the first row's bar rescaled when a slower value came (it stayed full)
+        assert table.fixed_columns == 2  # option and value stay in sight when the table scrolls sideways
         await pilot.press("o")  # the UI keeps working while the tune runs
         assert app.query_one("TabbedContent").active == "options"
         tuner.step.set()

@@ -21,7 +21,7 @@ class SmokePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("press s to run the smoke checks for the current selection", id="smoke-status")
         yield ProgressBar(total=1, show_eta=False, id="smoke-progress")
-        table = WideTable(id="smoke-table", cursor_type="row")
+        table = WideTable(id="smoke-table", cursor_type="row", fixed_columns=1)  # the check stays in sight
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table

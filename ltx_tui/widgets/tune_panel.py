@@ -13,7 +13,10 @@ from backends.config.run_length import run_calls
 from backends.machine.tuned import Candidate, Tuned
 from ltx_tui.widgets.wide_table import WideTable
 
-COLUMNS = ("option", "value", "bar", "ms", "status", "max error", "first s", "cached s", "reason")
+# "ms": one steady call (a DiT forward, a decode, an NA call: what the option's candidates are timed
+# on); "first call s" / "cached s": a fresh process's first call, compile included, cold and with the
+# compile cache warm, in seconds: a compile's one-off cost, which `--runs N` spreads over the run
+COLUMNS = ("option", "value", "bar", "ms a call", "status", "max error", "first call s", "cached s", "reason")
 BAR = 16
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
@@ -37,7 +40,7 @@ class TunePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(self._idle_text(), id="tune-status")
         yield ProgressBar(total=1, show_eta=False, id="tune-progress")
-        table = WideTable(id="tune-table", cursor_type="row")
+        table = WideTable(id="tune-table", cursor_type="row", fixed_columns=2)  # option and value stay in sight
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
@@ -69,17 +72,29 @@ class TunePanel(Vertical):
         if c is None:
             return
         self._done.append(c)
-        self._add_row(c, max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None),
-                      bold=False)
+        slowest = max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None)
+        self._add_row(c, slowest, bold=False)
+        table = self.query_one(DataTable)
+        for x in self._done[:-1]:  # a slower value rescales the bars of its option's rows so far
+            if x.option == c.option and x.ms is not None:
+                table.update_cell(self._key(x), "bar", bar(x, slowest))
         if c.status != "skipped":
             self.query_one("#tune-status", Static).update(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
 
+    @staticmethod
+    def _key(c: Candidate) -> str:
+        return f"{c.option}={c.value}"
+
     def _add_row(self, c: Candidate, slowest: float | None, bold: bool) -> None:
-        self.query_one(DataTable).add_row(
+        table = self.query_one(DataTable)
+        key = self._key(c)
+        if key in table.rows:  # a value timed twice in one run: its last row counts
+            table.remove_row(key)
+        table.add_row(
             Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
             "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
             "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
-            "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason))
+            "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason), key=key)
 
     def show(self, tuned: Tuned, note: str = "") -> None:
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
