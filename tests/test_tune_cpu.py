@@ -181,3 +181,28 @@ def test_a_tune_worker_is_done_when_it_answers_not_when_it_exits():
     garbled = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe warm-up noise\\n')\n" + code
     assert Worker([sys.executable, "-c", garbled], answer_ends=True).run("{}", timeout=20).last_json() == {
         "status": "measured", "ms": 1.0}  # bytes that are not UTF-8 do not stop the reading
+
+
+def test_a_ctrl_c_while_a_worker_starts_still_lists_it_for_the_kill(monkeypatch):
+    """A SIGINT that came inside Popen left the started worker running and unlisted (kill_all missed it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from backends.machine import worker as workermod
+
+    real, started = subprocess.Popen, []
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: inside Worker()
+        for _ in range(100):  # a signal reaches Python's handler between bytecodes
+            pass
+        return started[-1]
+
+    monkeypatch.setattr(workermod.subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        workermod.Worker([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert workermod.kill_all() == 1
+    assert started[0].wait(timeout=5) == -signal.SIGKILL

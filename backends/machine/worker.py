@@ -9,6 +9,7 @@ exit). Output is read by threads (a worker filling a pipe never blocks), and the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -84,6 +85,34 @@ def kill_all() -> int:
 
 atexit.register(kill_all)
 
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what ltx-tui turns into KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Defer `HELD` signals to the end of the block (on the main thread, where Python handles them):
+    one that comes meanwhile goes to its handler after the block, never between starting a worker and
+    listing it. (Not the thread's signal mask: a worker would inherit it.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[tuple[int, object]] = []
+    held = {signum: signal.getsignal(signum) for signum in HELD}
+    held = {signum: handler for signum, handler in held.items() if handler is not None}  # None: not Python's to set
+    for signum in held:
+        signal.signal(signum, lambda n, frame: came.append((n, frame)))
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        for signum, frame in came[:1]:
+            handler = held[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
 
 class Worker:
     """A worker process started now, told what to do later (`run`): a worker can import its
@@ -93,10 +122,11 @@ class Worker:
         """`answer_ends`: the worker's answer (a stdout line holding a JSON object with a "status"
         key) ends its run; it is not waited for to exit (a process that compiled can take seconds
         to shut torch's compile workers and CUDA down)."""
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, errors="replace", start_new_session=True)
-        with _live_lock:
-            _live.add(self.proc)
+        with _signals_held():  # a ctrl-c inside Popen would leave its process running, and unlisted
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, errors="replace", start_new_session=True)
+            with _live_lock:
+                _live.add(self.proc)
         self._out: list[str] = []
         self._err: list[str] = []
         self._answered = threading.Event()
