@@ -146,9 +146,16 @@ def decision_dict(d: Decision) -> dict[str, Any]:
     return data
 
 
-def _error_json(kind: str, message: str) -> str:
+def _error_json(kind: str, message: str, fields: dict | None = None) -> str:
+    """The JSON of a usage error: `message` as printed, and where known the fields a script reads
+    (`file`, `line`, `key`, `problem`, `fix`)."""
+    error = {"kind": kind, "message": message, **{k: v for k, v in (fields or {}).items() if v is not None}}
     return json.dumps({"schema_version": SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
-                       "error": {"kind": kind, "message": message}, "exit_code": EXIT_USAGE}, indent=2)
+                       "error": error, "exit_code": EXIT_USAGE}, indent=2)
+
+
+def _profile_fields(e: profmod.ProfileError) -> dict:
+    return {"file": e.path, "line": e.line, "key": e.key, "problem": e.problem, "fix": e.hint}
 
 
 def smoke_line(row) -> str:
@@ -170,7 +177,7 @@ def _load(profile_path: str | None, capability: str | None, usage_error, gpus: i
         try:
             profile, read_warnings = profmod.read(profile_path)
         except profmod.ProfileError as e:
-            return usage_error("profile", str(e))
+            return usage_error("profile", str(e), _profile_fields(e))
         warnings = [str(w) for w in read_warnings]
     if gpus is not None:
         from backends.config.options import InvalidValue
@@ -199,7 +206,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
               + ", ".join(OPTIONS_BY_KEY), file=stderr)
         return EXIT_USAGE
 
-    def usage_error(kind: str, message: str) -> int:
+    def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
         print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         return EXIT_USAGE
 
@@ -263,10 +270,10 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     cap); `gpus`: parallel.gpus for this check (`--gpus N`)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
-    def usage_error(kind: str, message: str) -> int:
+    def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
         print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         if as_json:
-            print(_error_json(kind, message), file=stdout)
+            print(_error_json(kind, message, fields), file=stdout)
         return EXIT_USAGE
 
     loaded = _load(profile_path, capability, usage_error, gpus)
@@ -289,11 +296,11 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             try:
                 textfile.write_atomically(output, ltx_args(plan, label).encode("utf-8"), overwrite=force)
             except textfile.OutputExists:
-                return usage_error("output", f"{output} exists; pass --force to replace it")
+                return usage_error("output", f"{output} exists; pass --force to replace it", {"file": output})
             except textfile.OutputError as e:
-                return usage_error("output", str(e))
+                return usage_error("output", str(e), {"file": output, "problem": e.strerror})
             except OSError as e:
-                return usage_error("output", f"{output}: cannot write ({e.strerror or e})")
+                return usage_error("output", f"{output}: cannot write ({e.strerror or e})", {"file": output})
             print(f"ltx-tui: wrote the LTX-2 command line to {printable(output)}", file=stderr)
         else:
             stdout.write(ltx_args(plan, label))

@@ -250,3 +250,16 @@ def test_an_empty_profile_path_is_a_usage_error_for_the_app_too(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--profile", ""])
     assert e.value.code == 2 and "empty path" in capsys.readouterr().err
+
+
+def test_a_json_usage_error_names_file_line_key_and_problem(capsys, tmp_path):
+    """A script reading `--check --json` had only the message to parse for where the profile was wrong."""
+    path = tmp_path / "p.toml"
+    path.write_text('schema_version = 1\n[transformer]\nquantization = "fp9"\n')
+    code, out, _ = run(capsys, "--check", "--json", "--profile", str(path), "--capability", "h200")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["kind"] == "profile" and error["file"] == str(path) and error["line"] == 3
+    assert error["key"] == "transformer.quantization" and error["problem"].startswith('"fp9" is not allowed')
+    code, out, _ = run(capsys, "--check", "--json", "--profile", str(tmp_path / "none.toml"), "--capability", "h200")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["file"] == str(tmp_path / "none.toml") and "line" not in error and error["fix"]
