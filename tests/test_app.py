@@ -429,13 +429,18 @@ async def test_an_export_error_names_the_path_typed(tmp_path):
         await pilot.pause()
         (tmp_path / "a-file").write_text("")
         for path in ("/proc/x.toml", str(tmp_path / "a-file" / "x.toml")):
-            box = app.screen.query_one("#path", Input)
-            box.value = path
-            box.focus()
-            await pilot.press("enter")
-            await pilot.pause()
-            said = str(app.screen.query_one("#export-error", Static).render())
+            said = await submit_export(pilot, path)
             assert said.startswith(f"not written: {path}: ") and ".tmp" not in said, said
+
+
+async def submit_export(pilot, path) -> str:
+    """In the open export dialog: `path` into its input, enter; what the dialog then says."""
+    box = pilot.app.screen.query_one("#path", Input)
+    box.value = str(path)
+    box.focus()
+    await pilot.press("enter")
+    await pilot.pause()
+    return str(pilot.app.screen.query_one("#export-error", Static).render())
 
 
 async def test_an_export_to_a_directory_names_it_once_and_keep_says_so(tmp_path):
@@ -448,17 +453,9 @@ async def test_an_export_to_a_directory_names_it_once_and_keep_says_so(tmp_path)
         await pilot.pause()
         await pilot.press("e")
         await pilot.pause()
-        box = app.screen.query_one("#path", Input)
-        box.value = str(tmp_path / "d.toml")
-        box.focus()
-        await pilot.press("enter")
-        await pilot.pause()
-        said = str(app.screen.query_one("#export-error", Static).render())
+        said = await submit_export(pilot, tmp_path / "d.toml")
         assert said.count(str(tmp_path / "d.toml")) == 1 and "is a directory" in said, said
-        box.value = str(tmp_path / "old.toml")
-        box.focus()
-        await pilot.press("enter")
-        await pilot.pause()
+        await submit_export(pilot, tmp_path / "old.toml")  # the overwrite question
         await pilot.press("n")  # Keep
         await pilot.pause()
         said = str(app.screen.query_one("#export-error", Static).render())
@@ -821,11 +818,6 @@ async def test_an_export_into_a_missing_folder_is_refused_and_names_the_folder(t
         await pilot.pause()
         await pilot.press("e")
         await pilot.pause()
-        box = app.screen.query_one("#path", Input)
-        box.value = str(tmp_path / "new" / "x.toml")
-        box.focus()
-        await pilot.press("enter")
-        await pilot.pause()
-        said = str(app.screen.query_one("#export-error", Static).render())
+        said = await submit_export(pilot, tmp_path / "new" / "x.toml")
         assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
     assert not (tmp_path / "new").exists()
