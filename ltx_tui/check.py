@@ -146,7 +146,7 @@ def decision_dict(d: Decision) -> dict[str, Any]:
     return data
 
 
-def _error_json(kind: str, message: str, fields: dict | None = None) -> str:
+def error_json(kind: str, message: str, fields: dict | None = None) -> str:
     """The JSON of a usage error: `message` as printed, and where known the fields a script reads
     (`file`, `line`, `key`, `problem`, `fix`)."""
     error = {"kind": kind, "message": message, **{k: v for k, v in (fields or {}).items() if v is not None}}
@@ -273,7 +273,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
         print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
         if as_json:
-            print(_error_json(kind, message, fields), file=stdout)
+            print(error_json(kind, message, fields), file=stdout)
         return EXIT_USAGE
 
     loaded = _load(profile_path, capability, usage_error, gpus)
@@ -289,20 +289,20 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     if memory is not None and memory.fits is False:
         code = EXIT_ERRORS
     label = profile_path or "the default profile"
+    if ltx and output:  # the command line goes to the file, with --json too (the JSON names the file)
+        try:
+            textfile.write_atomically(output, ltx_args(plan, label).encode("utf-8"), overwrite=force)
+        except textfile.OutputExists:
+            return usage_error("output", f"{output} exists; pass --force to replace it", {"file": output})
+        except textfile.OutputError as e:
+            return usage_error("output", str(e), {"file": output, "problem": e.strerror})
+        except OSError as e:
+            return usage_error("output", f"{output}: cannot write ({e.strerror or e})", {"file": output})
+        print(f"ltx-tui: wrote the LTX-2 command line to {printable(output)}", file=stderr)
     if ltx and not as_json:
         for w in warnings + cap_warnings:
             print(w, file=stderr)
-        if output:
-            try:
-                textfile.write_atomically(output, ltx_args(plan, label).encode("utf-8"), overwrite=force)
-            except textfile.OutputExists:
-                return usage_error("output", f"{output} exists; pass --force to replace it", {"file": output})
-            except textfile.OutputError as e:
-                return usage_error("output", str(e), {"file": output, "problem": e.strerror})
-            except OSError as e:
-                return usage_error("output", f"{output}: cannot write ({e.strerror or e})", {"file": output})
-            print(f"ltx-tui: wrote the LTX-2 command line to {printable(output)}", file=stderr)
-        else:
+        if not output:
             stdout.write(ltx_args(plan, label))
         return code
     if not as_json:
@@ -351,6 +351,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             doc["smoke_machine"] = "this machine" if not capability else f"this machine, not {capability}"
         if ltx:
             doc["ltx_args"] = ltx_args(plan, label)
+            doc["ltx_args_file"] = output or None  # where the same text was written (--output)
         json.dump(doc, stdout, indent=2)
         stdout.write("\n")
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -75,6 +76,14 @@ def _refuse_output(args: argparse.Namespace) -> bool:
     except OSError as e:
         problem = f"{out}: cannot write ({e.strerror or e})"
     print(f"ltx-tui: output error: {printable(problem)}", file=sys.stderr)
+    if args.json and args.tune:  # the JSON a script reads says it too, as for any other usage error
+        from ltx_tui.tune import TUNE_SCHEMA_VERSION
+
+        print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": problem, "exit_code": 2}))
+    elif args.json:
+        from ltx_tui.check import error_json
+
+        print(error_json("output", problem, {"file": out}))
     return True
 
 
@@ -160,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")
+    if args.output == "":
+        parser.error("--output was given an empty path; name a file (/dev/stdout prints)")
     if args.force and not args.output:
         parser.error("--force goes with --output")
     tune_only = [f"--{n}" for n in ("budget", "options", "runs") if getattr(args, n) is not None] + \

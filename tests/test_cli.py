@@ -263,3 +263,20 @@ def test_a_json_usage_error_names_file_line_key_and_problem(capsys, tmp_path):
     code, out, _ = run(capsys, "--check", "--json", "--profile", str(tmp_path / "none.toml"), "--capability", "h200")
     error = json.loads(out)["error"]
     assert code == 2 and error["file"] == str(tmp_path / "none.toml") and "line" not in error and error["fix"]
+
+
+def test_json_with_an_output_file_writes_it_and_says_so(capsys, tmp_path):
+    """`--check --json --ltx-args --output F` exited 0 and never wrote F."""
+    target = tmp_path / "run.sh"
+    code, out, _ = run(capsys, "--check", "--json", "--ltx-args", "--output", str(target), "--capability", "h100")
+    doc = json.loads(out)
+    assert code == 0 and target.read_text() == doc["ltx_args"] and doc["ltx_args_file"] == str(target)
+    code, out, err = run(capsys, "--check", "--json", "--ltx-args", "--output", str(tmp_path / "no" / "x.sh"),
+                         "--capability", "h100")
+    error = json.loads(out)["error"]  # a script reading the JSON hears of it too, not only stderr
+    assert code == 2 and error["kind"] == "output" and "does not exist" in error["message"] and "output error" in err
+    code, out, _ = run(capsys, "--tune", "--json", "--output", str(tmp_path / "no" / "p.toml"))
+    assert code == 2 and "does not exist" in json.loads(out)["error"]
+    with pytest.raises(SystemExit) as e:
+        main(["--check", "--ltx-args", "--output", ""])  # was taken as stdout
+    assert e.value.code == 2 and "empty path" in capsys.readouterr().err
