@@ -316,7 +316,7 @@ class LtxTuiApp(App):
 
     def _cached_note(self, tuned: Tuned) -> str:
         if tuned.shapes == self.run_shapes.label:
-            return f" (cached {tuned.written}; press u to tune again)"
+            return f" (cached {tuned.written}; u measures what is not cached; `ltx-tui --tune --fresh` measures all again)"
         return (f" (cached {tuned.written}; measured at {tuned.shapes}, not this run's {self.run_shapes.label}: "
                 "press u to tune at it)")
 

@@ -403,6 +403,7 @@ async def test_gpu_history_grows_with_each_reading():
 async def test_bracketed_paths_are_written_and_shown_literally(tmp_path):
     path = tmp_path / "x[" / "][red]ltx [h100].toml"  # the path holds "[/]" and "[red]"
     assert "[/]" in str(path)
+    path.parent.mkdir()  # export makes no folder (test_an_export_into_a_missing_folder_...)
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()

@@ -106,9 +106,12 @@ def test_tune_times_chooses_and_caches(fake_worker):
     # a second run reuses every measured, failed or inaccurate candidate, and the one stopped at 5x
     # its sibling's time (known to be slower): no worker starts
     spawned = fake_worker.read_text().split()
+    written = load_tuned(cap, shapes.label).written
+    time.sleep(1.1)  # `written` has whole seconds
     again = runmod.tune(Profile(), cap, shapes, options=("diffvae.na_backend", "transformer.attention"), budget=60)
     assert fake_worker.read_text().split() == spawned
     assert again.chosen() == tuned.chosen()
+    assert again.written == written == load_tuned(cap, shapes.label).written  # nothing new: still dated when measured
 
 
 def test_budget_and_cancel_skip_with_a_reason(fake_worker):

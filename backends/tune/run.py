@@ -155,8 +155,11 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
     with tune_lock(cancel, on_wait) as unlocked:
         spent += min(FINISH_S, budget / 100)
         tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel, spent)
+        earlier = load_tuned(cap, shapes.label)
+        if earlier is not None and set(tuned.candidates) <= set(earlier.candidates):  # nothing new measured
+            tuned = dataclasses.replace(tuned, written=earlier.written)
         if runs is None:
-            runs = (load_tuned(cap, shapes.label) or tuned).runs
+            runs = (earlier or tuned).runs
         tuned = dataclasses.replace(tuned, runs=runs)
         notes = (unlocked,) if unlocked else ()
         if store and not (unlocked and cancel is not None and cancel.is_set()):  # not after a cancelled wait
@@ -257,7 +260,7 @@ def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple
         return Candidate(spec.option, spec.value, "skipped", reason="cancelled")
     if outcome.status == "timeout" and limit < left:
         return Candidate(spec.option, spec.value, "skipped", reason=(
-            f"{STOPPED} {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that {best[2]} needed"))
+            f"{STOPPED} {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that measuring {best[2]} took"))
     if outcome.status == "timeout":
         return Candidate(spec.option, spec.value, "skipped", seconds=outcome.seconds,
                          reason=f"{UNFINISHED} {outcome.seconds:g} s; run again with a larger --budget")

@@ -4,6 +4,8 @@ that call's seconds (cold, and from the warm compile cache); rows stay after a r
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -13,10 +15,10 @@ from backends.config.run_length import run_calls
 from backends.machine.tuned import Candidate, Tuned
 from ltx_tui.widgets.wide_table import WideTable
 
-# "ms": one steady call (a DiT forward, a decode, an NA call: what the option's candidates are timed
-# on); "first call s" / "cached s": a fresh process's first call, compile included, cold and with the
-# compile cache warm, in seconds: a compile's one-off cost, which `--runs N` spreads over the run
-COLUMNS = ("option", "value", "bar", "ms a call", "status", "max error", "first call s", "cached s", "reason")
+COLUMNS = ("option", "value", "bar", "run ms", "status", "max error", "first s", "cached s", "reason")
+LEGEND = ("run ms: the value's cost in the run (a decode, or a denoising step), lower is faster; bar: against "
+          "its option's slowest · first s / cached s: a new process's first call, compile included, cold / "
+          "from the compile cache · bold: chosen")
 BAR = 16
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
@@ -27,6 +29,12 @@ def bar(c: Candidate, slowest: float | None) -> Text:
         return Text("")
     n = max(1, round(BAR * c.ms / slowest))
     return Text("█" * n + " " * (BAR - n), style="green" if c.status == "measured" else "red")
+
+
+def run_ms(ms: float) -> str:
+    """Three decimals below 10, four figures up to 10000, whole ms beyond: 2.000, 12.35, 397.8, 36736."""
+    decimals = 3 if ms < 10 else max(0, 3 - int(math.log10(ms)))
+    return f"{ms:.{decimals}f}"
 
 
 class TunePanel(Vertical):
@@ -44,6 +52,7 @@ class TunePanel(Vertical):
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
+        yield Static(Text(LEGEND, style="dim"), id="tune-legend")
 
     def _idle_text(self) -> str:
         return (f"press u to time each value of the speed options on this machine at the run's shapes "
@@ -92,7 +101,7 @@ class TunePanel(Vertical):
             table.remove_row(key)
         table.add_row(
             Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
-            "-" if c.ms is None else f"{c.ms:.3f}", Text(c.status, style=STYLE.get(c.status, "")),
+            "-" if c.ms is None else run_ms(c.ms), Text(c.status, style=STYLE.get(c.status, "")),
             "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
             "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason), key=key)
 
