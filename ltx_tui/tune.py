@@ -21,7 +21,7 @@ from backends.config.plan import resolve
 from backends.config.run_length import UNIT, auto_choice, length_of, run_calls
 from backends.machine import capability as capmod
 from backends.machine.nvml import NvmlSession
-from backends.machine.tuned import Candidate, Tuned, load_quick
+from backends.machine.tuned import RUNNING, Candidate, Tuned, load_quick
 from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
 from backends.tune.run import cpu_refusal, fits_cpu, tune
 
@@ -144,7 +144,9 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
           f"{len(shapes.na_stages())} NA stages   budget {budget:g} s", file=stderr if as_json else stdout, flush=True)
 
     def progress(done: int, total: int, c: Candidate | None) -> None:  # on stderr: --json's stdout stays one object
-        if c is not None:
+        if c is not None and c.status == RUNNING:
+            print(f"  [{done + 1}/{total}] {c.option} = {c.value}: measuring...", file=stderr, flush=True)
+        elif c is not None:
             ms = f" {c.ms:.3f} ms" if c.ms is not None else ""
             print(f"  [{done}/{total}] {c.option} = {c.value}: {c.status}{ms}", file=stderr, flush=True)
 

@@ -640,6 +640,7 @@ class FakeTuner:
         rows = [Candidate(na, "triton", "measured", 2.0, 1e-3), Candidate(na, "eager_sdpa", "measured", 80.0, 1e-3)]
         for i, c in enumerate(rows):
             on_event(i + 1, 3, c)
+        on_event(2, 3, Candidate(na, "natten:hopper-fna", "running"))  # its worker starts
         self.step.wait(10)
         last = Candidate(na, "natten:hopper-fna", "skipped", reason="cancelled") if cancel.is_set() else \
             Candidate(na, "natten:hopper-fna", "inaccurate", 1.0, 0.5, "[b]max error 0.5 > 0.02[/b]")
@@ -666,6 +667,8 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         assert [r[1] for r in live] == ["triton", "eager_sdpa"] and live[0][3] == "2.000" and live[1][2] == "█" * 16
         assert live[0][2].strip() == "█"  # the first row's bar rescaled when a slower value came (it stayed full)
         assert table.fixed_columns == 2  # option and value stay in sight when the table scrolls sideways
+        await wait_for(pilot, lambda: "[3/3] measuring diffvae.na_backend = natten:hopper-fna" in
+                       str(app.query_one("#tune-status", Static).render()))  # not the last result: it looked hung
         await pilot.press("o")  # the UI keeps working while the tune runs
         assert app.query_one("TabbedContent").active == "options"
         tuner.step.set()

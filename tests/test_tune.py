@@ -99,6 +99,10 @@ def test_tune_times_chooses_and_caches(fake_worker):
     failed = rows["transformer.attention", "sdpa_flash"]
     assert failed.status == "failed" and "flash kernel exploded" in failed.reason
     assert events[-1][0] == events[-1][1] and all(e[2] is None or e[2].option for e in events)
+    # each worker's value is announced as it starts (a long one looked hung on the last result)
+    starts = [(e[0], e[2].value) for e in events if e[2] is not None and e[2].status == "running"]
+    results = [(e[0] - 1, e[2].value) for e in events if e[2] is not None and e[2].status != "running"]
+    assert starts and set(starts) <= set(results) and ("running" not in {c.status for c in tuned.candidates})
     # auto follows the cache from now on, and the runtime's plan agrees
     plan = resolve(Profile(), cap, load_tuned(cap))
     assert plan["diffvae.na_backend"].effective == "triton"

@@ -30,6 +30,7 @@ from backends.version import TOOL_VERSION
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "failed", "inaccurate", "skipped")
+RUNNING = "running"  # a tune's progress event for the value a worker starts measuring (never a result)
 CACHE_LIMIT = 4 << 20
 
 

@@ -4,7 +4,8 @@
 (`machine.worker.Worker`: killed with its process group on timeout or cancel), reuses what
 the cache already holds for the same machine and run shape (unless `fresh`), marks a candidate
 whose output is outside its accuracy bound `inaccurate` (never chosen), skips what the budget
-cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`.
+cannot fit, and stores the result. Progress goes to `on_event(done, total, candidate)`: a result,
+None when only the count moved, or a `RUNNING` candidate when a worker starts measuring it.
 
 Every value of an option whose first call may compile (compile.enabled, diffvae.mode) is timed in
 a worker whose compile caches are an empty directory of its own (`warmup_s`: a cold first call);
@@ -45,7 +46,7 @@ from backends.config.options import Profile, show_value
 from backends.config.plan import resolve
 from backends.config.run_length import UNIT, counted
 from backends.machine.capability import Capability
-from backends.machine.tuned import Candidate, Tuned, load_tuned, store_tuned, tune_lock
+from backends.machine.tuned import RUNNING, Candidate, Tuned, load_tuned, store_tuned, tune_lock
 from backends.machine.worker import Outcome, Worker
 from backends.runtime.compile_cache import ENV, merge_compile_caches
 from backends.tune.candidates import ALONE, DEFAULT_OPTIONS, Spec, candidates
@@ -219,6 +220,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 to_run -= 1
                 na = _na_for_decode(done)
                 cold = Path(tempfile.mkdtemp(prefix="ltx-tui-tune-")) if spec.option in UNIT else None
+                if on_event:  # which value is being measured now (a long one looks hung otherwise)
+                    on_event(i, len(specs), Candidate(spec.option, spec.value, RUNNING))
                 try:
                     current, spare = spare or _new_worker(), (_new_worker() if to_run > 0 or cold else None)
                     result = _result(spec, current.run(_spec_json(spec, shapes, na, cold), limit, cancel),

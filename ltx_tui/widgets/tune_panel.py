@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
 from backends.config.run_length import run_calls
-from backends.machine.tuned import Candidate, Tuned
+from backends.machine.tuned import RUNNING, Candidate, Tuned
 from ltx_tui.widgets.wide_table import WideTable
 
 COLUMNS = ("option", "value", "bar", "run ms", "status", "max error", "first s", "cached s", "reason")
@@ -79,6 +79,10 @@ class TunePanel(Vertical):
         values of its option measured so far (`show` draws the final table)."""
         self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
         if c is None:
+            return
+        if c.status == RUNNING:
+            self.query_one("#tune-status", Static).update(
+                Text(f"[{done + 1}/{total}] measuring {c.option} = {c.value} — press c to cancel"))
             return
         self._done.append(c)
         slowest = max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None)
