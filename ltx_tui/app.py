@@ -156,7 +156,6 @@ class LtxTuiApp(App):
         self.smoke_capability = smoke_capability  # what smoke checks are planned for; default: probe here
         self.problems: list[str] = []
         self.profile = Profile()
-        self.dirty = False
         self.new_file = False  # --profile names a file that does not exist yet: the export creates it
         if profile_path:
             try:
@@ -168,6 +167,7 @@ class LtxTuiApp(App):
                                          "exporting asks before replacing the file.")
                 else:
                     self.new_file = True
+        self._saved = self.profile  # what the file holds (or the default profile): `dirty` compares with it
         self.capability: capmod.Capability | None = None
         if isinstance(capability, capmod.Capability):
             self.capability = capability
@@ -396,6 +396,11 @@ class LtxTuiApp(App):
         live = self.capability is not None and self.capability.source == "live"
         return self.tuned if live else None
 
+    @property
+    def dirty(self) -> bool:
+        """Whether the profile differs from what was loaded or last exported (a change set back is none)."""
+        return self.profile != self._saved
+
     def set_option(self, key: str, value: Any) -> None:
         """Change one option of the profile and re-resolve (a value the profile refuses is reported)."""
         try:
@@ -406,7 +411,6 @@ class LtxTuiApp(App):
         if new == self.profile:
             return
         self.profile = new
-        self.dirty = True
         if self.capability is None:
             self.query_one(OptionsList).show(self.profile, None)
         self._resolve()
@@ -566,7 +570,7 @@ class LtxTuiApp(App):
         def done(path: Path | None) -> None:
             if path is not None:
                 self.profile_path = str(path)
-                self.dirty = self.new_file = False
+                self._saved, self.new_file = self.profile, False
                 self._update_title()
                 self.notify(f"Profile written to {path}", title="Exported", markup=False)
         self.push_screen(ExportScreen(self.profile, self.capability, default,

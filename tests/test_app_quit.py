@@ -128,3 +128,18 @@ async def test_the_same_key_again_at_the_quit_question_quits(key):
         await pilot.press(key)
         await pilot.pause()
         assert app.return_code == 0  # exit() was called (leaving run_test's block would stop any app)
+
+
+async def test_a_change_set_back_leaves_nothing_unsaved():
+    """Changing an option and setting it back kept the '*' and the quit question."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        was = str(app.profile.get("offload.mode"))
+        await choose(pilot, "offload.mode", "cpu")
+        assert app.dirty and app.sub_title.endswith(" *")
+        await choose(pilot, "offload.mode", was)
+        assert not app.dirty and not app.sub_title.endswith(" *")
+        await pilot.press("q")  # nothing to lose: no question
+        await pilot.pause()
+        assert app.return_code == 0
