@@ -64,7 +64,7 @@ class ExportScreen(ModalScreen[Path | None]):
             yield Static("", id="export-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save (enter)", variant="primary", id="save")
-                yield Button("Copy flags (ctrl+y)", id="copy")
+                yield Button("Copy LTX-2 line (ctrl+y)", id="copy")
                 yield Button("Close (esc)", id="close")
             with Horizontal(id="run-row"):
                 yield TextArea(run_command(self.default_path).rstrip("\n"), read_only=True, soft_wrap=False,
