@@ -33,6 +33,12 @@ BROKEN_CASES = {
     "non_utf8.toml": (4, ["not UTF-8", "0xe9"]),
     "a_directory.toml": (None, ["is a directory"]),
     "quoted_table.toml": (2, ['unknown table ["[red]x[/]"]', "known tables"]),
+    # a user trial: no line, a key suggested for a table, a macOS value suggested, no word about a BOM
+    "top_level_key.toml": (3, ["unknown key 'foo' outside any table", "options go in their tables"]),
+    "nested_table.toml": (3, ["unknown key 'sub' in [transformer]"]),
+    "value_prefix.toml": (4, ["did you mean one of 'sdpa_cudnn', 'sdpa_cudnn_fp8', 'sdpa_flash'"]),
+    "byte_order_mark.toml": (1, ["TOML syntax error", "byte-order mark"]),
+    "unknown_table_far.toml": (2, ["unknown table [nosuchsection]", "known tables"]),
 }
 
 
@@ -198,7 +204,7 @@ def test_replace_checks_values_and_invariants():
     assert Profile().replace(**{"parallel.gpus": 2, "parallel.devices": (0, 1)}).parallel.devices == (0, 1)
     with pytest.raises(InvalidValue, match="out of range"):
         Profile().replace(**{"offload.gpu_slots": 0})
-    with pytest.raises(InvalidValue, match="did you mean 'fp8-cast'"):
-        Profile().replace(**{"transformer.quantization": "fp8"})
+    with pytest.raises(InvalidValue, match="did you mean one of 'fp8-cast', 'fp8-scaled-mm', 'fp8-blockwise'"):
+        Profile().replace(**{"transformer.quantization": "fp8"})  # every value it begins
     with pytest.raises(InvalidValue, match="unknown option"):
         Profile().replace(**{"compile.nope": 1})

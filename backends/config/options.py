@@ -242,9 +242,13 @@ class InvalidValue(ValueError):
 
 
 def suggest(word: str, choices: list[str]) -> str | None:
-    """A "did you mean" hint for a misspelt word, or None."""
+    """A "did you mean" hint for a misspelt word, or None. A word that begins several choices names
+    them all ('sdpa': 'sdpa_cudnn', 'sdpa_flash', ...), not the closest by letters ('mps_sdpa')."""
+    starting = [c for c in choices if c.startswith(word) and c != word] if word else []
+    if len(starting) > 1:
+        return f"did you mean one of {', '.join(map(repr, starting))}?"
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    close = close or [c for c in choices if c.startswith(word)][:1]
+    close = close or starting
     close = close or difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f"did you mean {close[0]!r}?" if close else None
 

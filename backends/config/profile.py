@@ -78,7 +78,7 @@ def _line_of(text: str, table: str | None, key: str | None) -> int | None:
     for number, line in enumerate(text.splitlines(), 1):
         if m := header.match(line):
             current = m.group(1).strip("\"'")
-            if key is None and current == table:
+            if current == (table if key is None else f"{table}.{key}"):  # [table], or [table.key] for a key
                 return number
             continue
         if key is not None and current == table and (m := assign.match(line)) and m.group(1).strip("\"'") == key:
@@ -110,9 +110,13 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     allowed_top = ["schema_version", "generated", *SECTIONS]
     values: dict[str, Any] = {}
     for top, body in data.items():
+        if top not in allowed_top and isinstance(body, dict):
+            hint = suggest(top, [*SECTIONS, "generated"]) or f"known tables: {', '.join(SECTIONS)}, generated"
+            fail(f"unknown table {_header(top)}", table=top, hint=hint)
         if top not in allowed_top:
-            hint = suggest(top, allowed_top) or f"known tables: {', '.join(SECTIONS)}, generated"
-            fail(f"unknown {'table' if isinstance(body, dict) else 'key'} {_header(top)}", table=top, hint=hint)
+            hint = suggest(top, ["schema_version"]) or (
+                f"the only key outside a table is schema_version; options go in their tables ({', '.join(SECTIONS)})")
+            fail(f"unknown key {top!r} outside any table", key=top, hint=hint)
         if top in ("schema_version",):
             continue
         if not isinstance(body, dict):
@@ -173,7 +177,10 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
         problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
         line = int(m.group(1)) if m else getattr(e, "lineno", None)
         col = f", column {m.group(2)}" if m else ""
-        raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line) from None
+        bom = text.startswith("\ufeff") and line == 1  # tomllib reads a byte-order mark as a character
+        raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line,
+                           hint="the file starts with a byte-order mark (BOM); re-save it as UTF-8 without one"
+                           if bom else None) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise nested from None
     if too_deep(data, MAX_NESTING):
