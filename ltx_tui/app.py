@@ -518,8 +518,8 @@ class LtxTuiApp(App):
             here = self.capability is not None and self.capability.source == "live"
             cap = self.capability if here else self.prober()  # this machine, probed out of the UI process
             if not cap.cuda and not fits_cpu(shapes):
-                why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device")
-                self.call_from_thread(panel.failed, f"Not tuned: {why}. Set a smaller run in the Plan tab (w).")
+                why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device", in_app=True)
+                self.call_from_thread(panel.failed, f"Not tuned: {why}.")
                 return
             tuned = self.tuner(profile, cap, shapes, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)

@@ -117,7 +117,8 @@ async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
         await pilot.press("u")
         await wait_for(pilot, lambda: "Not tuned" in text(app, "#tune-status"))
         status = text(app, "#tune-status")
-        assert "no CUDA device here" in status and "768x512x121" in status and "Plan tab (w)" in status
+        assert "no CUDA device here" in status and "768x512x121" in status and "Plan tab's run (w) at 224x224" in status
+        assert "--resolution" not in status  # the app's words, not the command line's
         assert called == [] and app._tune_cancel is None
 
 

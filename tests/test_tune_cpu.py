@@ -43,7 +43,7 @@ def test_ltx2s_shapes_without_a_gpu_are_refused_at_once_with_the_reason(capsys, 
     code = main(["--tune"] + (["--json"] if as_json else []))
     out, err = capsys.readouterr()
     assert code == 1
-    assert "no CUDA device here (NVML library not found (test))" in err
+    assert "no CUDA device here: NVML library not found (test)." in err
     assert "768x512x121" in err and "--resolution 224x224 --frames 9" in err
     if as_json:
         doc = json.loads(out)
@@ -57,7 +57,7 @@ def test_a_gpu_without_cuda_in_torch_is_refused_after_the_probe(capsys, monkeypa
     monkeypatch.setattr(capmod, "probe", lambda **kw: live("cpu"))  # the CPU wheel of torch
     assert main(["--tune", "--frames", "17", "--resolution", "256x256"]) == 1
     err = capsys.readouterr().err
-    assert "no CUDA device here (" in err and "256x256x17" in err
+    assert "no CUDA device here: " in err and "256x256x17" in err
 
 
 @pytest.fixture

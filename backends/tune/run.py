@@ -77,13 +77,15 @@ def fits_cpu(shapes: RunShapes) -> bool:
     return pixels(shapes) <= pixels(CPU_MAX)
 
 
-def cpu_refusal(shapes: RunShapes, no_cuda: str) -> str:
+def cpu_refusal(shapes: RunShapes, no_cuda: str, in_app: bool = False) -> str:
     """Why `shapes` (too big: not `fits_cpu`) are not timed on this machine, which has no CUDA
-    device (`no_cuda` says why)."""
-    return (f"no CUDA device here ({no_cuda}); at {shapes.label} ({pixels(shapes):,} video pixels) one candidate "
+    device (`no_cuda` says why); the stand-in shapes as the command line or the app (`in_app`) sets them."""
+    stand_in = (f"the Plan tab's run (w) at {CPU_STAND_IN.width}x{CPU_STAND_IN.height}, {CPU_STAND_IN.frames} frames"
+                if in_app else f"--resolution {CPU_STAND_IN.width}x{CPU_STAND_IN.height} --frames {CPU_STAND_IN.frames}")
+    return (f"no CUDA device here: {no_cuda}. At {shapes.label} ({pixels(shapes):,} video pixels) one candidate "
             f"takes minutes on a CPU, so nothing would be measured within the budget. A CPU times at most "
             f"{CPU_MAX.label} ({pixels(CPU_MAX):,} pixels): tune on the GPU machine, or time small stand-in "
-            f"shapes here (--resolution {CPU_STAND_IN.width}x{CPU_STAND_IN.height} --frames {CPU_STAND_IN.frames})")
+            f"shapes here ({stand_in})")
 
 
 def _spec_json(spec: Spec, shapes: RunShapes, na_backend: str, compile_cache: Path | None = None,
