@@ -21,7 +21,7 @@ from backends.config.run_length import run_calls
 from backends.config import profile as profmod
 from backends import smoke as smokemod
 from backends.config.options import SCHEMA_VERSION, Profile, show_value
-from backends.config.ltx2_shapes import RunShapes
+from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import plan_here, tuned_note
 from backends.config.rules import Decision, Status, natten_kernels, summarize
@@ -338,7 +338,9 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
                         "warnings": warnings},
             "capability_warnings": cap_warnings,
             "tuned": None if tuned is None else {"shapes": tuned.shapes, "written": tuned.written,
-                                                 "chosen": tuned.chosen(run_calls(tuned))},
+                                                 "chosen": tuned.chosen(run_calls(tuned)),
+                                                 "at_run_shape": tuned.shapes == (run or DEFAULT_RUN).label,
+                                                 "note": tuned_note(tuned, run)},
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),

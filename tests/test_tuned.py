@@ -277,3 +277,6 @@ def test_check_text_says_the_tune_was_at_another_shape(capsys, monkeypatch):
     monkeypatch.setattr(check.capmod, "probe", lambda: cap)
     assert check.run_check(profile_path=None, capability=None, as_json=False, strict=False) == 0
     assert "not at LTX-2's default run, 768x512x121" in capsys.readouterr().out
+    assert check.run_check(profile_path=None, capability=None, as_json=True, strict=False) == 0
+    doc = json.loads(capsys.readouterr().out)["tuned"]  # a script hears it too
+    assert doc["shapes"] == "256x224x17" and doc["at_run_shape"] is False and "768x512x121" in doc["note"]
