@@ -17,6 +17,21 @@ class WideTable(DataTable):
         if self.parent is not None:
             self.parent.border_subtitle = hint
 
+    def action_cursor_right(self) -> None:  # a row cursor scrolls a third of the view, not one character
+        if self.cursor_type == "row":
+            self.scroll_to(x=self.scroll_x + self._step(), animate=False)
+        else:
+            super().action_cursor_right()
+
+    def action_cursor_left(self) -> None:
+        if self.cursor_type == "row":
+            self.scroll_to(x=self.scroll_x - self._step(), animate=False)
+        else:
+            super().action_cursor_left()
+
+    def _step(self) -> int:
+        return max(8, self.size.width // 3)
+
     def watch_virtual_size(self) -> None:
         self._show_hint()
 
