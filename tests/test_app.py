@@ -831,3 +831,19 @@ async def test_an_export_into_a_missing_folder_is_refused_and_names_the_folder(t
         said = await submit_export(pilot, tmp_path / "new" / "x.toml")
         assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
     assert not (tmp_path / "new").exists()
+
+
+async def test_the_export_lines_follow_the_path_as_it_is_typed(tmp_path):
+    """While a new path was typed, the run line still named the default ltx-profile.toml until a save."""
+    from textual.widgets import TextArea
+
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        box = app.screen.query_one("#path", Input)
+        box.value = str(tmp_path / "mine.toml")
+        await pilot.pause()
+        assert str(tmp_path / "mine.toml") in app.screen.query_one("#run-command", TextArea).text
+        assert str(tmp_path / "mine.toml") in app.screen.query_one("#ltx-args", TextArea).text

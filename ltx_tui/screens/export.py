@@ -83,6 +83,14 @@ class ExportScreen(ModalScreen[Path | None]):
         done = "; enter or escape closes" if self.written is not None else ""
         self.query_one("#export-error", Static).update(Text(message + done, style=style))
 
+    @on(Input.Changed, "#path")
+    def _path_typed(self, event: Input.Changed) -> None:
+        """The lines below follow the path as it is typed (they named the default path until a save)."""
+        if self.written is None:
+            path = event.value.strip() or self.default_path
+            self.query_one("#run-command", TextArea).load_text(run_command(path).rstrip("\n"))
+            self.query_one("#ltx-args", TextArea).load_text(self._command(path))
+
     @on(Input.Submitted, "#path")
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
