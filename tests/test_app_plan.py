@@ -285,3 +285,17 @@ async def test_auto_follows_the_tune_at_the_plan_tabs_run_and_says_when_there_is
         await set_run(pilot, resolution="1024x1024")
         await wait_for(pilot, lambda: "not this run's 1024x1024x121" in text(app, "#tune-status"))
         assert "measured at 768x512x121" in text(app, "#tune-status")  # the latest, said to be another shape's
+
+
+async def test_enter_applies_the_run_and_gives_the_keys_back():
+    """After enter the field kept the focus: `n` then typed into it ("768x512n"), not the Tune tab."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await set_run(pilot, resolution="1024x512")  # applied with enter
+        assert app.run_shapes.label == "1024x512x121" and not isinstance(app.focused, Input)
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.query_one("TabbedContent").active == "tune"
+        await set_run(pilot, frames="120")  # refused: the field keeps the focus to fix it
+        assert app.focused is app.query_one("#run-frames", Input)

@@ -99,6 +99,8 @@ class RunShapeForm(Vertical):
             self.shapes = typed
             self.query_one("#run-status", Static).update(self._applied_note())
             self.post_message(self.Changed(typed))
+        if isinstance(event, Input.Submitted):  # applied: the keys are the app's again (a refused run stays)
+            self.action_leave()
 
     def action_leave(self) -> None:
         """escape: back to the plan's table (a valid run typed is applied as the field is left)."""
