@@ -317,8 +317,11 @@ class LtxTuiApp(App):
     def _cached_note(self, tuned: Tuned) -> str:
         if tuned.shapes == self.run_shapes.label:
             return f" (cached {tuned.written}; u measures what is not cached; `ltx-tui --tune --fresh` measures all again)"
-        return (f" (cached {tuned.written}; measured at {tuned.shapes}, not this run's {self.run_shapes.label}: "
-                "press u to tune at it)")
+        from backends.tune.run import can_time
+
+        how = "press u to tune at it" if self.capability is None or can_time(self.capability, self.run_shapes) \
+            else "tune at it on the GPU machine: a CPU cannot time it"
+        return f" (cached {tuned.written}; measured at {tuned.shapes}, not this run's {self.run_shapes.label}: {how})"
 
     def _probe_failed(self, reason: str) -> None:
         self._probing = False

@@ -282,6 +282,10 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     profile, warnings, cap, cap_warnings = loaded
     plan = plan_here(profile, cap, run=run)
     tuned = plan.tuned  # what `ltx-tui --tune` measured here (None for another machine's capability)
+    if tuned is not None:
+        from backends.tune.run import can_time
+
+        tuned_text = tuned_note(tuned, run, can_time(cap, run or DEFAULT_RUN))
     code = plan.exit_code(strict=strict)
     if strict and (warnings or cap_warnings):  # --strict: the profile's and capability's warnings too
         code = max(code, EXIT_ERRORS)
@@ -308,7 +312,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     if not as_json:
         notes = warnings + cap_warnings
         if tuned is not None:
-            notes = notes + [tuned_note(tuned, run)]
+            notes = notes + [tuned_text]
         stdout.write(render_text(cap, profile_path or "default (no --profile)", notes, list(plan),
                                  use_colour(stdout)))
     if memory is not None and not as_json:
@@ -340,7 +344,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             "tuned": None if tuned is None else {"shapes": tuned.shapes, "written": tuned.written,
                                                  "chosen": tuned.chosen(run_calls(tuned)),
                                                  "at_run_shape": tuned.shapes == (run or DEFAULT_RUN).label,
-                                                 "note": tuned_note(tuned, run)},
+                                                 "note": tuned_text},
             "decisions": [decision_dict(d) for d in plan],
             "steps": [dataclasses.asdict(s) for s in plan.steps],
             "summary": dataclasses.asdict(plan.summary()),

@@ -280,3 +280,17 @@ def test_check_text_says_the_tune_was_at_another_shape(capsys, monkeypatch):
     assert check.run_check(profile_path=None, capability=None, as_json=True, strict=False) == 0
     doc = json.loads(capsys.readouterr().out)["tuned"]  # a script hears it too
     assert doc["shapes"] == "256x224x17" and doc["at_run_shape"] is False and "768x512x121" in doc["note"]
+
+
+def test_on_a_cpu_the_note_sends_a_big_run_to_the_gpu_machine():
+    """"measure it with ltx-tui --tune --resolution 768x512 ..." was advice this CPU refuses."""
+    from backends.config.plan import tuned_note
+    from backends.tune.run import can_time
+
+    cpu, gpu = live("cpu"), live()
+    tiny = T(cpu, (NA, "triton", "measured", 1.0, 1e-3), shapes="256x224x17")
+    from backends.config.ltx2_shapes import DEFAULT_RUN
+
+    assert not can_time(cpu, DEFAULT_RUN) and can_time(gpu, DEFAULT_RUN)
+    assert "on the GPU machine (this one cannot time it)" in tuned_note(tiny, None, can_time(cpu, DEFAULT_RUN))
+    assert "GPU machine" not in tuned_note(tiny, None, can_time(gpu, DEFAULT_RUN))

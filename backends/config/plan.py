@@ -211,17 +211,19 @@ def plan_here(profile: Profile, capability: Capability, device: Any = None, leng
     return resolve(profile, here, tuned, length, run)
 
 
-def tuned_note(tuned: Tuned, run: RunShapes | None) -> str:
+def tuned_note(tuned: Tuned, run: RunShapes | None, can_tune: bool = True) -> str:
     """What `auto` follows, in words, and the tune to run where it was measured at another shape than
-    the run's (`run`; None: LTX-2's default run, which ltx-tui plans for until told otherwise)."""
+    the run's (`run`; None: LTX-2's default run, which ltx-tui plans for until told otherwise);
+    `can_tune` False: this machine cannot time that shape (a CPU), so the GPU machine is named."""
     head = f"auto follows `ltx-tui --tune` measurements at {tuned.shapes} ({tuned.written})"
     target = run or DEFAULT_RUN
     if tuned.shapes == target.label:
         return head
     whose = "this run's" if run is not None else "LTX-2's default run,"
     frames = f" --frames {target.frames}" + (f" --batch {target.batch}" if target.batch > 1 else "")
+    where = "" if can_tune else " on the GPU machine (this one cannot time it)"
     return (f"{head}, not at {whose} {target.label}: the fastest choice can differ with the shape; measure "
-            f"it with `ltx-tui --tune --resolution {target.width}x{target.height}{frames}`")
+            f"it{where} with `ltx-tui --tune --resolution {target.width}x{target.height}{frames}`")
 
 
 def explain(key: str, plan: Plan) -> str:

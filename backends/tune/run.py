@@ -77,6 +77,11 @@ def fits_cpu(shapes: RunShapes) -> bool:
     return pixels(shapes) <= pixels(CPU_MAX)
 
 
+def can_time(cap: Capability, shapes: RunShapes) -> bool:
+    """Whether a tune can time `shapes` on the machine `cap` describes (a GPU, or shapes a CPU fits)."""
+    return cap.cuda or fits_cpu(shapes)
+
+
 def cpu_refusal(shapes: RunShapes, no_cuda: str, in_app: bool = False) -> str:
     """Why `shapes` (too big: not `fits_cpu`) are not timed on this machine, which has no CUDA
     device (`no_cuda` says why); the stand-in shapes as the command line or the app (`in_app`) sets them."""
