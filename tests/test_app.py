@@ -821,20 +821,9 @@ async def test_memory_bars_follow_the_options():
         assert "fits with" in text and "fix:" not in text
 
 
-async def test_an_export_into_a_missing_folder_is_refused_and_names_the_folder(tmp_path):
-    """A user's export to new/x.toml made the folder `new` without asking, where `--output` refuses."""
-    app = make_app()
-    async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
-        await pilot.press("e")
-        await pilot.pause()
-        said = await submit_export(pilot, tmp_path / "new" / "x.toml")
-        assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
-    assert not (tmp_path / "new").exists()
-
-
-async def test_the_export_lines_follow_the_path_as_it_is_typed(tmp_path):
-    """While a new path was typed, the run line still named the default ltx-profile.toml until a save."""
+async def test_an_export_into_a_missing_folder_is_refused_and_the_lines_follow_the_path(tmp_path):
+    """A user's export to new/x.toml made the folder `new` without asking, where `--output` refuses; and
+    while a path was typed, the run line still named the default ltx-profile.toml until a save."""
     from textual.widgets import TextArea
 
     app = make_app()
@@ -842,8 +831,10 @@ async def test_the_export_lines_follow_the_path_as_it_is_typed(tmp_path):
         await pilot.pause()
         await pilot.press("e")
         await pilot.pause()
-        box = app.screen.query_one("#path", Input)
-        box.value = str(tmp_path / "mine.toml")
+        app.screen.query_one("#path", Input).value = str(tmp_path / "new" / "x.toml")
         await pilot.pause()
-        assert str(tmp_path / "mine.toml") in app.screen.query_one("#run-command", TextArea).text
-        assert str(tmp_path / "mine.toml") in app.screen.query_one("#ltx-args", TextArea).text
+        assert str(tmp_path / "new" / "x.toml") in app.screen.query_one("#run-command", TextArea).text
+        assert str(tmp_path / "new" / "x.toml") in app.screen.query_one("#ltx-args", TextArea).text
+        said = await submit_export(pilot, tmp_path / "new" / "x.toml")
+        assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
+    assert not (tmp_path / "new").exists()
