@@ -223,6 +223,9 @@ def test_ltx_args_output_file(capsys, tmp_path):
     (tmp_path / "f").write_text("")
     code, _, err = run(capsys, "--check", "--ltx-args", "--output", str(tmp_path / "f" / "x.sh"), "--capability", "h100")
     assert code == 2 and f"{tmp_path / 'f'} is not a folder" in err
+    (tmp_path / "link").symlink_to(tmp_path / "gone")  # a dangling link was named by its target alone
+    code, _, err = run(capsys, "--check", "--ltx-args", "--output", str(tmp_path / "link" / "x.sh"), "--capability", "h100")
+    assert code == 2 and f"{tmp_path / 'gone'} does not exist ({tmp_path / 'link'} is a symlink to it)" in err
     with pytest.raises(SystemExit):
         main(["--check", "--output", str(target)])  # --output needs --ltx-args
 

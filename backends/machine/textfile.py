@@ -129,7 +129,9 @@ def check_output(path: str | os.PathLike, *, overwrite: bool) -> os.stat_result 
             return None
         if os.path.lexists(folder):
             raise OutputError(path, f"{folder} is not a folder; give a path in a folder") from None
-        raise OutputError(path, f"its folder {folder} does not exist; create it (mkdir -p "
+        given = os.path.dirname(os.path.abspath(path))
+        link = f" ({given} is a symlink to it)" if given != folder and os.path.islink(given) else ""
+        raise OutputError(path, f"its folder {folder} does not exist{link}; create it (mkdir -p "
                           f"{shlex.quote(folder)}) or give a path in an existing folder") from None
     if stat.S_ISREG(st.st_mode):
         if not overwrite:
