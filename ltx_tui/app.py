@@ -114,6 +114,7 @@ class LtxTuiApp(App):
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),
         Binding("u", "tune", "Tune"),
+        Binding("U", "tune(True)", "Tune afresh: measure every value again (--tune --fresh)", show=False),
         Binding("c", "cancel", "Cancel", tooltip="Cancel the smoke run or tune (one at a time)"),
         Binding("e", "export", "Export"),
         Binding("o", "tab('options')", "Options", show=False),
@@ -181,6 +182,7 @@ class LtxTuiApp(App):
         self._nvml_paused_until = 0.0
         self._smoke_cancel: threading.Event | None = None
         self._tune_cancel: threading.Event | None = None
+        self._tune_fresh = False  # the running tune measures every value again (U), not only what is not cached
         self._first_frame = self._gpus_shown = self._probing = False
         self._quit_question: QuitQuestion | None = None
         # (tab, widget): what `action_tab` asked that tab to focus once its activation arrives
@@ -316,7 +318,7 @@ class LtxTuiApp(App):
 
     def _cached_note(self, tuned: Tuned) -> str:
         if tuned.shapes == self.run_shapes.label:
-            return f" (cached {tuned.written}; u measures what is not cached; `ltx-tui --tune --fresh` measures all again)"
+            return f" (cached {tuned.written}; u measures what is not cached, U every value again)"
         from backends.tune.run import can_time
 
         how = "press u to tune at it" if self.capability is None or can_time(self.capability, self.run_shapes) \
@@ -504,9 +506,11 @@ class LtxTuiApp(App):
                 event.set()
                 self.query_one(status, Static).update(Text("cancelling…", style="yellow"))
 
-    def action_tune(self) -> None:
+    def action_tune(self, fresh: bool = False) -> None:
+        """u: tune at the run's shape, reusing what is cached there; U (`fresh`): measure every value again."""
         if self._refuse_if_busy():
             return
+        self._tune_fresh = fresh
         self.action_tab("tune")
         self._tune_cancel = threading.Event()
         self.query_one(TunePanel).start(self.run_shapes.label)
@@ -538,7 +542,7 @@ class LtxTuiApp(App):
         from backends.tune.run import tune
 
         panel = self.query_one(TunePanel)
-        return tune(profile, cap, shapes, on_event=on_event, cancel=cancel,
+        return tune(profile, cap, shapes, on_event=on_event, cancel=cancel, fresh=self._tune_fresh,
                     on_wait=lambda message: self.call_from_thread(panel.waiting, message))
 
     def _tuned_ready(self, tuned: Tuned, here: bool) -> None:

@@ -838,3 +838,26 @@ async def test_an_export_into_a_missing_folder_is_refused_and_the_lines_follow_t
         said = await submit_export(pilot, tmp_path / "new" / "x.toml")
         assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
     assert not (tmp_path / "new").exists()
+
+
+async def test_u_reuses_the_cache_and_shift_u_measures_afresh(monkeypatch):
+    """'press u to tune again' measured nothing again (every value came from the cache)."""
+    from dataclasses import replace
+
+    from backends.machine.tuned import Tuned
+    from backends.tune import run as runmod
+
+    asked = []
+
+    def fake_tune(profile, cap, shapes, **kw):
+        asked.append(kw["fresh"])
+        return Tuned(cap.fingerprint(), shapes.label, ())
+    monkeypatch.setattr(runmod, "tune", fake_tune)
+    app = make_app(replace(preset("h100"), source="live"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        await wait_for(pilot, lambda: asked and app._tune_cancel is None)
+        await pilot.press("U")
+        await wait_for(pilot, lambda: len(asked) == 2 and app._tune_cancel is None)
+    assert asked == [False, True]
