@@ -309,12 +309,8 @@ class LtxTuiApp(App):
         except Exception as e:  # shown in the banner with the retry key
             self.call_from_thread(self._probe_failed, str(e))
             return
-        self.call_from_thread(self._capability_ready, cap, self._cached_tune(cap, self.run_shapes))
-
-    @staticmethod
-    def _cached_tune(cap: capmod.Capability, shapes: RunShapes) -> Tuned | None:
-        """The cached tune at the run's shapes, else the latest one (a small file: read off the UI thread)."""
-        return load_tuned(cap, shapes.label) or load_tuned(cap)
+        tuned = load_tuned(cap, self.run_shapes.label, or_latest=True)  # a small file, read off the UI thread too
+        self.call_from_thread(self._capability_ready, cap, tuned)
 
     def _cached_note(self, tuned: Tuned) -> str:
         if tuned.shapes == self.run_shapes.label:
@@ -518,13 +514,13 @@ class LtxTuiApp(App):
 
     @work(thread=True, group="tune", exit_on_error=False)
     def _run_tune(self, profile: Profile, shapes: RunShapes, cancel: threading.Event) -> None:
-        from backends.tune.run import cpu_refusal, fits_cpu
+        from backends.tune.run import can_time, cpu_refusal
 
         panel = self.query_one(TunePanel)
         try:
             here = self.capability is not None and self.capability.source == "live"
             cap = self.capability if here else self.prober()  # this machine, probed out of the UI process
-            if not cap.cuda and not fits_cpu(shapes):
+            if not can_time(cap, shapes):
                 why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device", in_app=True)
                 self.call_from_thread(panel.failed, f"Not tuned: {why}.")
                 return
@@ -595,8 +591,7 @@ class LtxTuiApp(App):
 
     @work(thread=True, group="tune-cache", exclusive=True, exit_on_error=False)
     def _load_tune(self, cap: capmod.Capability, shapes: RunShapes) -> None:
-        tuned = self._cached_tune(cap, shapes)
-        self.call_from_thread(self._cached_tune_ready, tuned, shapes)
+        self.call_from_thread(self._cached_tune_ready, load_tuned(cap, shapes.label, or_latest=True), shapes)
 
     def _cached_tune_ready(self, tuned: Tuned | None, shapes: RunShapes) -> None:
         """The run's shapes changed: `auto` follows the tune at them where one is cached."""

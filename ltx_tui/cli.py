@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -77,9 +76,9 @@ def _refuse_output(args: argparse.Namespace) -> bool:
         problem = f"{out}: cannot write ({e.strerror or e})"
     print(f"ltx-tui: output error: {printable(problem)}", file=sys.stderr)
     if args.json and args.tune:  # the JSON a script reads says it too, as for any other usage error
-        from ltx_tui.tune import TUNE_SCHEMA_VERSION
+        from ltx_tui.tune import usage_json
 
-        print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": problem, "exit_code": 2}))
+        print(usage_json(problem))
     elif args.json:
         from ltx_tui.check import error_json
 

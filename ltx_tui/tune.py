@@ -23,7 +23,7 @@ from backends.machine import capability as capmod
 from backends.machine.nvml import NvmlSession
 from backends.machine.tuned import RUNNING, Candidate, Tuned, load_quick
 from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
-from backends.tune.run import cpu_refusal, fits_cpu, tune
+from backends.tune.run import can_time, cpu_refusal, fits_cpu, tune
 
 TUNE_SCHEMA_VERSION = 1
 # the tuned options that have an auto value
@@ -81,6 +81,11 @@ def to_json(tuned: Tuned, shapes: RunShapes, seconds: float, reused: int, auto: 
             "chosen": tuned.chosen(run_calls(tuned)), "auto": auto, "notes": list(tuned.notes), "exit_code": code}
 
 
+def usage_json(message: str) -> str:
+    """`--tune --json`'s answer to a usage error (exit 2)."""
+    return json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "exit_code": EXIT_USAGE})
+
+
 def run_tune(*, profile_path: str | None, capability: str | None, resolution: str, frames: int, batch: int,
              budget: float, options: str | None, fresh: bool, as_json: bool, output: str | None,
              runs: int | None = None,
@@ -94,8 +99,7 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     def usage(message: str) -> int:
         print(f"ltx-tui: {message}", file=stderr)
         if as_json:
-            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "exit_code": EXIT_USAGE}),
-                  file=stdout)
+            print(usage_json(message), file=stdout)
         return EXIT_USAGE
 
     if capability:
@@ -137,7 +141,7 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     if no_gpu:
         return refuse(cpu_refusal(shapes, no_gpu))
     cap = capmod.probe()
-    if not cap.cuda and not fits_cpu(shapes):
+    if not can_time(cap, shapes):
         return refuse(cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device"))
     gpu = f"{cap.gpus[0].name} ({cap.gpus[0].sm})" if cap.cuda else "CPU (no CUDA device)"
     print(f"ltx-tui --tune   {gpu}   {shapes.label}: DiT {shapes.dit_tokens} tokens, DiffVAE "

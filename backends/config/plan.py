@@ -207,7 +207,7 @@ def plan_here(profile: Profile, capability: Capability, device: Any = None, leng
     from backends.machine.tuned import load_tuned
 
     here = capability if device is None else capability.for_device(device)
-    tuned = (load_tuned(capability, run.label) if run is not None else None) or load_tuned(capability)
+    tuned = load_tuned(capability, run.label if run is not None else None, or_latest=True)
     return resolve(profile, here, tuned, length, run)
 
 

@@ -207,15 +207,18 @@ def _from_entry(fingerprint: str, entry: Any) -> Tuned | None:
         return None
 
 
-def load_tuned(cap: Capability, shapes: str | None = None) -> Tuned | None:
+def load_tuned(cap: Capability, shapes: str | None = None, *, or_latest: bool = False) -> Tuned | None:
     """This machine's measurements for run shape `shapes` (default: the most recently tuned one
-    with a measurement);
+    with a measurement; with `or_latest`, that one where `shapes` has none: what `auto` follows for a
+    run, `Tuned.shapes` saying which it was);
     None for another machine's capability (a preset or file), or when nothing valid is cached."""
     if cap.source != "live":
         return None
     entries = _read(cap)
     if shapes is not None:
-        return _from_entry(cap.fingerprint(), entries.get(shapes))
+        found = _from_entry(cap.fingerprint(), entries.get(shapes))
+        if found is not None or not or_latest:
+            return found
     usable = [t for t in (_from_entry(cap.fingerprint(), e) for e in entries.values()) if t is not None and t.chosen()]
     return max(usable, key=lambda t: t.written, default=None)
 

@@ -101,7 +101,7 @@ class TunePanel(Vertical):
     def _add_row(self, c: Candidate, slowest: float | None, bold: bool) -> None:
         table = self.query_one(DataTable)
         key = self._key(c)
-        if key in table.rows:  # a value timed twice in one run: its last row counts
+        if key in table.rows:  # a value listed twice (a hand-edited cache file): its last row counts
             table.remove_row(key)
         table.add_row(
             Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
