@@ -859,6 +859,22 @@ def print_block(timeline) -> None:
         gap = "" if prev is None else f"{e.time_range.start - prev:7.1f}"
         print(f"{i:3d} {e.time_range.end - e.time_range.start:8.1f} {gap:>7}  {e.name[:100]}")
         prev = e.time_range.end
+    print_gaps(seq)
+
+
+def print_gaps(seq) -> None:
+    """The forward's largest idle gaps (the GPU waiting on the host), with the kernels either side."""
+    gaps, end = [], seq[0].time_range.end
+    for i in range(1, len(seq)):
+        gap = seq[i].time_range.start - end
+        if gap > 0:
+            gaps.append((gap, i))
+        end = max(end, seq[i].time_range.end)
+    total = sum(g for g, _ in gaps)
+    print(f"\nidle gaps: {total / 1000:.2f} ms in {len(gaps)} (over 20 us: "
+          f"{sum(g for g, _ in gaps if g > 20) / 1000:.2f} ms in {sum(g > 20 for g, _ in gaps)}); the largest:")
+    for gap, i in sorted(gaps, reverse=True)[:12]:
+        print(f"  {gap:8.1f} us before kernel {i}/{len(seq)}: {seq[i - 1].name[:45]} -> {seq[i].name[:45]}")
 
 
 # --- the parent: one child per variant, the table ---------------------------------------------
@@ -922,7 +938,8 @@ def main() -> int:
                         help="a process per (variant, token count), not one per variant")
     parser.add_argument("--breakdown", metavar="VARIANT", help="profile one forward of this variant instead")
     parser.add_argument("--block-kernels", action="store_true",
-                        help="with --breakdown: list one block's kernels in launch order (duration, gap before)")
+                        help="with --breakdown: list one block's kernels in launch order (duration, gap before), "
+                             "then the forward's largest idle gaps")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--ref", help=argparse.SUPPRESS)
     parser.add_argument("--write-ref", action="store_true", help=argparse.SUPPRESS)

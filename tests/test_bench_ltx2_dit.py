@@ -170,3 +170,25 @@ def test_breakdown_on_the_cpu(ltx2_core):
                    "AdaLN modulation", "gelu (tanh)"):
         assert detail in out, out
     assert "top 15 ops" in out
+
+
+def test_block_kernels_then_the_largest_idle_gaps(bench, capsys):
+    """--block-kernels: one repeating block from the middle of the device timeline, then the idle gaps
+    of the whole forward, largest first, with the kernels either side (overlapping kernels leave none)."""
+    from types import SimpleNamespace
+
+    def kernel(name, start, end):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
+
+    seq, t = [kernel("prepare", 0, 10), kernel("copy", 4010, 4020)], 4020  # 4 ms waiting on the host
+    for _ in range(12):
+        for name, us in (("gemm", 100), ("attn", 300), ("norm", 20)):
+            seq.append(kernel(name, t + 1, t + 1 + us))
+            t += 1 + us
+    seq.append(kernel("overlapping", t - 50, t - 10))
+    bench.print_block(seq)
+    out = capsys.readouterr().out
+    assert "9 kernels, 1.260 ms busy" in out  # a block of 8 kernels or more: three repeats here
+    gaps = out.split("idle gaps:")[1]
+    assert gaps.startswith(" 4.04 ms in 36 (over 20 us: 4.00 ms in 1)")  # none around the overlapping one
+    assert re.search(r"4000\.0 us before kernel 1/39: prepare -> copy", gaps)

@@ -142,6 +142,8 @@ def test_captured_block_loop_matches_eager(dit, quantization, blocks):
     assert rel(wants[2][0], wants[0][0]) > 0.2  # other values, other outputs: a stale replay would fail
     assert graphs.reason is None and len(graphs.graphs) == 3 and graphs.replays == 5
     assert all(g.graph is not None for g in graphs.graphs.values())
+    # LTX-2's two prepare calls: the inputs' signature replayed from call 2 on (5 calls), bigger's at call 8
+    assert [(p.replays, len(p.graphs), p.failed) for p in graphs.prepares] == [(6, 2, {}), (6, 2, {})]
     if compiled:
         assert report.compile_health().compiled
 
@@ -196,14 +198,42 @@ def test_a_replayed_block_loop_reads_each_calls_masks(dit):
     assert graphs is not None
     outs = [run(ours, batches[0])]
     assert len(graphs.graphs) == 1 and graphs.replays == 0
-    outs.append(run(ours, batches[1]))
+    with pytest.warns(UserWarning, match="prepare runs without a CUDA graph"):  # the video's self-attention
+        outs.append(run(ours, batches[1]))  # mask: LTX-2 asks the host whether any pair is attended
     assert graphs.replays == 1
+    video, audio = graphs.prepares
+    assert len(video.failed) == 1 and not video.graphs and not audio.failed and audio.replays == 1
     captured = next(iter(graphs.graphs.values())).graph
     outs.append(run(ours, batches[0]))
     assert graphs.reason is None and graphs.replays == 2
     assert len(graphs.graphs) == 1 and next(iter(graphs.graphs.values())).graph is captured  # no new capture
     for i, (got, want) in enumerate(zip(outs, wants + wants[:1])):
         assert rel(got[0], want[0]) < 2e-2 and rel(got[1], want[1]) < 2e-2, i
+
+
+def test_captured_prepare_reads_each_calls_values(dit):
+    """LTX-2's prepare captured (its second call of a signature) and replayed on other latents, timesteps,
+    text and positions gives what LTX-2's eager prepare gives on them, the RoPE tables from its frequency
+    grid on the device included."""
+    from backends.runtime.prepare_graph import capture_prepare
+
+    model, inputs = dit
+    ours = copy.deepcopy(model)
+    prepares = capture_prepare(ours)
+    other = ltx2.transformer_inputs(tokens=37, seed=5, device="cuda", dtype=torch.bfloat16)
+    moved = tuple(dataclasses.replace(m, positions=m.positions + 3) for m in other[:2])
+    calls = (inputs[:2], inputs[:2], other[:2], moved, inputs[:2])
+    for i, (video, audio) in enumerate(calls):
+        with torch.inference_mode():
+            want = [model.video_args_preprocessor.prepare(video, audio), model.audio_args_preprocessor.prepare(audio, video)]
+            got = [ours.video_args_preprocessor.prepare(video, audio), ours.audio_args_preprocessor.prepare(audio, video)]
+        for w, g in zip(want, got):
+            for f in dataclasses.fields(w):
+                a, b = getattr(g, f.name), getattr(w, f.name)
+                for x, y in zip(a, b) if isinstance(b, tuple) else ((a, b),):
+                    assert rel(x, y) < 1e-2 if isinstance(y, torch.Tensor) else x == y, (i, f.name)
+    assert rel(calls[3][0].positions, calls[2][0].positions) > 0  # the RoPE tables had other positions to read
+    assert [(p.replays, p.failed) for p in prepares] == [(4, {}), (4, {})]
 
 
 def test_a_loop_a_graph_cannot_hold_runs_eagerly_with_the_reason(dit):

@@ -419,7 +419,8 @@ def _prepare_compile(step: Step, model, plan, device, include) -> Apply:
         names = [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [type(model).__name__]
         detail = f"torch.compile per block of {blocks_name or 'the whole model'}: " + ", ".join(
             f"{k}={v}" for k, v in kwargs.items()) + (
-            "; the block loop captured as one CUDA graph per input shape, from its second call" if loop else
+            "; the block loop captured as one CUDA graph per input shape (LTX-2's prepare calls before it "
+            "too), from its second call" if loop else
             "; CUDA-graph step marked at each forward" if graphs else "") + (
             ONE_ROW if rows else "")
         report.add("compile.enabled", "compiled", detail, names)
@@ -443,7 +444,7 @@ def _prepare_capture(step: Step, model, plan, device, include) -> Apply:
         report.loop_graphs = graphs
         rows = timestep_rows.install(model)
         report.add("compile.capture", "captured", "LTX-2's block loop, its blocks eager, as one CUDA graph per input "
-                   "shape, from its second call" +
+                   "shape (its prepare calls before it too), from its second call" +
                    (ONE_ROW if rows else ""),
                    [type(graphs.owner).__name__])
     return apply

@@ -31,13 +31,16 @@ without their host copy) runs eagerly on its own.
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Hashable
 
 import torch
 
 LOOP = "_process_transformer_blocks"
+SIGNATURES_KEPT = 64  # distinct perturbation mask contents remembered (a run meets a few: CFG, STG)
 
 
 def loop_owner(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -123,14 +126,31 @@ class LoopGraphs:
         self.pool = None
         self.replays = 0
         self.reason: str | None = None  # why the loop runs eagerly from now on (None: it is captured)
+        self._signatures: dict[Hashable, Hashable] = {}
+        self.prepares: list = []  # the `prepare_graph.PrepareGraphs` before the loop
 
     def key(self, video: Any, audio: Any, perturbations: Any) -> Hashable:
         masks, host = perturbations.block_masks, perturbations.block_masks_cpu
         if host is None:
             raise ValueError("the perturbation masks have no host copy, which says which branches each block runs")
-        signature = getattr(self.owner.block_input_processor, "graph_signature", None)
-        which = signature(perturbations) if signature else tuple(host.flatten().tolist())
-        return args_key(video), args_key(audio), _tensor_key(masks), which
+        return args_key(video), args_key(audio), _tensor_key(masks), self._which(host, perturbations)
+
+    def _which(self, host: torch.Tensor, perturbations: Any) -> Hashable:
+        """What the blocks specialise on in the masks' host values: LTX-2's `graph_signature`, worked
+        out once per processor and mask contents. It asks each block's guards of the host masks, ~290
+        small tensor ops at 48 blocks: 4.6 ms of host time a forward on the H200's host, with the GPU
+        idle before the replay (bench/RESULTS.md, tenth round)."""
+        processor = self.owner.block_input_processor
+        values = tuple(host.flatten().tolist())
+        memo = (id(processor), type(processor), tuple(host.shape), values)
+        which = self._signatures.get(memo)
+        if which is None:
+            signature = getattr(processor, "graph_signature", None)
+            which = signature(perturbations) if signature else values
+            if len(self._signatures) >= SIGNATURES_KEPT:
+                self._signatures.clear()
+            self._signatures[memo] = which
+        return which
 
     def __call__(self, video: Any, audio: Any, perturbations: Any):
         x = (video or audio).x
@@ -157,9 +177,12 @@ class LoopGraphs:
         return g.out
 
     def release(self) -> None:
-        """Free the graphs, their static buffers and their pool; a later call captures again."""
+        """Free the graphs, their static buffers and their pool (the prepare graphs' too); a later call
+        captures again."""
         self.graphs.clear()
         self.pool = None
+        for prepare in self.prepares:
+            prepare.release()
 
     @staticmethod
     def _buffers(video: Any, audio: Any, perturbations: Any) -> _Graph:
@@ -172,20 +195,11 @@ class LoopGraphs:
         cannot be captured: then it runs eagerly from now on, and `reason` says why."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        caller = torch.cuda.current_stream()
-        graph = torch.cuda.CUDAGraph()
-        failure = None
-        try:
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                out = self.loop(g.video, g.audio, g.perturbations)
-        except RuntimeError as e:  # an op inside the loop that a graph cannot hold (a host sync)
-            cause = e.__context__ or e
-            failure = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
-        finally:  # a capture that failed ends without giving the caller's stream back
-            torch.cuda.set_stream(caller)
+        graph, out, failure = capture(lambda: self.loop(g.video, g.audio, g.perturbations), self.pool)
         if failure is not None:
             self.reason = f"capture failed: {failure}"
-            self.release()
+            self.graphs.clear()
+            self.pool = None
             warnings.warn(f"compile.capture: the transformer block loop runs without a CUDA graph: {self.reason}",
                           stacklevel=3)
             return False
@@ -193,13 +207,36 @@ class LoopGraphs:
         return True
 
 
+def capture(run: Callable[[], Any], pool) -> tuple[torch.cuda.CUDAGraph | None, Any, str | None]:
+    """`run()` captured into a new graph on `pool`, on the current device: (graph, its output, None),
+    or (None, None, why) when a graph cannot hold it (a host sync inside)."""
+    caller = torch.cuda.current_stream()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            out = run()
+    except RuntimeError as e:
+        cause = e.__context__ or e
+        where = traceback.extract_tb(cause.__traceback__)[-1:] if cause.__traceback__ else []
+        at = "".join(f" (at {Path(f.filename).name}:{f.lineno}, {f.line})" for f in where)
+        return None, None, " ".join(f"{type(cause).__name__}: {str(cause)[:200]}{at}".split())[:400]
+    finally:  # a capture that failed ends without giving the caller's stream back
+        torch.cuda.set_stream(caller)
+    return graph, out, None
+
+
 def capture_loop(model: torch.nn.Module) -> LoopGraphs | None:
-    """Install `LoopGraphs` on the block loop of `model`'s LTXModel; None when it has none."""
+    """Install `LoopGraphs` on the block loop of `model`'s LTXModel, and `prepare_graph.PrepareGraphs`
+    on its two `prepare` calls before the loop (held in `prepares`, released with the loop's graphs);
+    None when it has no loop."""
+    from backends.runtime.prepare_graph import capture_prepare
+
     owner = loop_owner(model)
     if owner is None:
         return None
     graphs = LoopGraphs(owner, getattr(owner, LOOP))
     setattr(owner, LOOP, graphs)
+    graphs.prepares = capture_prepare(owner)
     return graphs
 
 
