@@ -170,7 +170,8 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
     if _runs(c) and c.effective and all(d[k].status is not Status.ERROR for k in keys):
         args = {k.split(".")[1]: d[k].effective for k in keys}
         args["cudagraphs"] = value("compile.mode", args["mode"]).cuda_graphs or bool(args["capture"])
-        graphs = ("; LTX-2's block loop captured as one CUDA graph per input shape, from its second call (other "
+        graphs = ("; LTX-2's block loop captured as one CUDA graph per input shape (its prepare calls before it too), "
+                  "from its second call (other "
                   "models: Inductor's graphs, one per block)" if args["capture"] else
                   "; Inductor's CUDA graphs, one per block, a step marked at each model forward" if args["cudagraphs"]
                   else "")

@@ -945,7 +945,8 @@ class _Resolver:
                          [rule.id], rule.message(f), rule.fix(f))
             else:
                 what = f"{_plain(asked)} (CUDA graphs)" if key == "compile.mode" else \
-                    "captured: LTX-2's block loop as one CUDA graph per input shape, from its second call"
+                    ("captured: LTX-2's block loop as one CUDA graph per input shape (its prepare calls before it "
+                     "too), from its second call")
                 if not RULES["compile.cuda-graphs-single-gpu"].holds(f):
                     self.warn(key, "compile.cuda-graphs-single-gpu", reason=what)
                 else:
