@@ -202,6 +202,8 @@ class SharedRows(CustomGraphPass):
         if ENABLED:
             self._share(graph)
         if FOLD:
+            from backends.runtime import fast_norm  # noqa: F401 - registers the norm ops the folds name
+
             self._fold_norms(graph)
             if ADDS:
                 self._fold_adds(graph)
