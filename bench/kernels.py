@@ -37,12 +37,18 @@ of one self-attention: the ops as LTX-2 runs them eagerly, compiled by Inductor,
 to issue one call, the kernel called directly and through its custom op (`ltx_tui::dit_qk`, as a
 compiled block calls it). GB/s counts q, k, the tables and the outputs once.
 
+Part 8 (`few`), the GEMMs of LTX-2's 126 audio tokens (2048 -> 2048, 2048 -> 8192, 8192 -> 2048;
+64, 256 and 512 rows too), each timed inside a CUDA graph (as compile.capture runs them): cuBLAS's
+`torch._scaled_mm` with its row quantization (and without) against `kernels.fp8_small_mm` on the
+same fp8 rows; `--few-configs` times (BM, BN, BK, split, warps, stages) tilings beside the default. rel L2 against an fp32 product of the bf16 operands.
+
 Part 2, the decoder's stage-5 MLP (x += swiglu(modulate(rms_norm(x))), 128 channels, hidden 512)
 at 768x512x121 (121 x 128 x 192 tokens): LTX-2's `ltx_core::swiglu_tiled_residual_modulated`
 (its tiles of 16384 tokens, and of 262144: the tile ltx-tui configured before this kernel) against
 `kernels.swiglu_residual` per config; max |diff| against LTX-2's 16384-token result.
 
-    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows,adaln,qk] [--mlp-configs m128h64w8s3,...]
+    python bench/kernels.py [--parts gemm,mlp,attention,gelu,rows,adaln,qk,few] [--mlp-configs m128h64w8s3,...]
+                            [--few-configs 128x64x128x4x4x3,...]
 """
 
 from __future__ import annotations
@@ -367,10 +373,51 @@ def qks() -> None:
             print(f"{m:<8} {name:<36} {issue:8.1f} us a call to issue (the GPU's time above)")
 
 
+FEW = [(126, 2048, 2048), (126, 2048, 8192), (126, 8192, 2048), (64, 2048, 2048), (256, 2048, 2048),
+       (512, 2048, 2048)]
+
+
+def fews(configs: list[tuple[int, ...]]) -> None:
+    from kernels.fp8_small_mm import small_rows_mm, tiling
+
+    print(f"{'M x K x N':<18} {'GEMM (in a CUDA graph)':<44} {'us':>8} {'GB/s':>7} {'vs cuBLAS':>9} {'rel L2':>9}")
+    for m, k, n in FEW:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) * 0.1
+        ref = x.float() @ w.float().t() + bias.float()
+        ws = w.float().abs().amax(1).clamp(min=1e-12) / 448.0
+        w8 = (w.float() / ws[:, None]).to(torch.float8_e4m3fn)
+        xq, xs = quantize_rows(x, torch.float8_e4m3fn)
+
+        def cublas(quantize: bool):
+            q, s = quantize_rows(x, torch.float8_e4m3fn) if quantize else (xq, xs)
+            return torch._scaled_mm(q, w8.t(), scale_a=s[:, None], scale_b=ws[None, :], bias=bias,
+                                    out_dtype=torch.bfloat16, use_fast_accum=True)
+
+        rows = [("cuBLAS _scaled_mm + row quantization", lambda: cublas(True)),
+                ("cuBLAS _scaled_mm (rows already fp8)", lambda: cublas(False))]
+        for cfg in [None, *configs]:
+            tag = "x".join(map(str, cfg or tiling(m, n, k)))
+            rows.append((f"fp8_small_mm {tag}", lambda c=cfg: small_rows_mm(xq, xs, w8, ws, bias, config=c)))
+        base = None
+        for name, fn in rows:
+            try:
+                fn()
+            except triton.runtime.errors.OutOfResources as exc:
+                print(f"{f'{m}x{k}x{n}':<18} {name:<44} does not fit: {exc}")
+                continue
+            t = triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
+            base = base or t
+            gb = (n * k + m * k * 2 + m * n * 2) / t / 1e3
+            print(f"{f'{m}x{k}x{n}':<18} {name:<44} {t:8.2f} {gb:7.0f} {base / t:8.2f}x {rel_l2(fn(), ref):9.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="gemm,mlp")
     ap.add_argument("--mlp-configs", default="")
+    ap.add_argument("--few-configs", default="", help="BMxBNxBKxSPLITxWARPSxSTAGES,... for part `few`")
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     parts = args.parts.split(",")
@@ -390,6 +437,8 @@ def main() -> None:
         adalns()
     if "qk" in parts:
         qks()
+    if "few" in parts:
+        fews([tuple(int(v) for v in c.split("x")) for c in args.few_configs.split(",") if c])
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ PROFILE_PREFIX = "profile:"
 # name -> (what the row adds to its name, module, dotted attribute, value)
 ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "promoted": ("fp32-promoted accumulation", "backends.runtime.quant", "FP8ScaledMMLinear.fast_accum", False),
+    "cublas-few-rows": ("few-row GEMMs on cuBLAS", "backends.runtime.quant", "FP8ScaledMMLinear.few_rows", 0),
     "unshared": ("a quantization per linear", "backends.runtime.shared_rows", "ENABLED", False),
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
@@ -459,9 +460,9 @@ def measure(args, model, dims: dict, tokens: int, device, dtype, refs: dict) -> 
 LABEL_MOD, LABEL_FN = "mod:", "fn:"
 QUANT_CLASSES = {"FP8ScaledMMLinear", "Int8Linear", "FP8CastLinear", "Fp8CastLinear"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::_scaled_mm", "aten::linear", "aten::matmul", "aten::bmm",
-            "aten::baddbmm", "aten::_int_mm", "aten::_addmm_activation"}
+            "aten::baddbmm", "aten::_int_mm", "aten::_addmm_activation", "ltx_tui::fp8_few_rows_mm"}
 GEMM_KERNEL = re.compile(r"gemm|nvjet|xmma|s16816|s1688|cublas|splitkreduce|_scaled_mm|triton_tem_fused_\w*mm|"
-                         r"int8_gemm|_int8_mm|matmul")
+                         r"int8_gemm|_int8_mm|matmul|_few_rows_")
 ATTN_KERNEL = re.compile(r"flash|fmha|sdpa|attention|attn_fwd")
 ATTN_OP = re.compile(r"scaled_dot_product|flash_attn|flash_attention|efficient_attention|cudnn_attention|fmha|sdpa_fp8")
 NORM_WORDS = ("rms_norm", "layer_norm", "rsqrt", "var_mean", "_mean_", "mean_")
@@ -549,7 +550,7 @@ def _mkn(op) -> tuple[int, int, int] | None:
     shapes = [s for s in (op.input_shapes or []) if isinstance(s, (list, tuple)) and len(s) >= 2]
     if len(shapes) < 2:
         return None
-    if op.name == "aten::linear":
+    if op.name in ("aten::linear", "ltx_tui::fp8_few_rows_mm"):  # x (.., K), w (N, K)
         x, w = shapes[0], shapes[1]
         return math.prod(x[:-1]), x[-1], w[0]
     a, b = (shapes[1], shapes[2]) if op.name in ("aten::addmm", "aten::baddbmm") and len(shapes) >= 3 else shapes[:2]

@@ -77,6 +77,8 @@ BLOCK = "mod:transformer_blocks.*|BasicAVTransformerBlock"
     ("triton_poi_fused__fused_rms_norm__scaled_dot_product_cudnn_attention_add_1",
      under("triton_poi_fused__fused_rms_norm__scaled_dot_product_cudnn_attention_add_1", BLOCK),
      ("element-wise", "RMSNorm / LayerNorm (Inductor: with what it fused)")),
+    ("_few_rows_partial", under(("ltx_tui::fp8_few_rows_mm", [[126, 2048], [126], [2048, 2048], [2048]]), BLOCK),
+     ("GEMM", "audio tokens (self/text/av attention, FF) 126x2048->2048")),
     ("triton_tem_fused_addmm_2", under("triton_tem_fused_addmm_2", BLOCK), ("GEMM", "in the blocks, shape unknown")),
     ("_quantize_rows", under("mod:transformer_blocks.*.ff.net.2|FP8ScaledMMLinear", BLOCK),
      ("quantization", "activation quantization (amax, scale, cast)")),

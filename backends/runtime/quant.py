@@ -12,6 +12,9 @@ and is listed with the reason.
   `torch._scaled_mm` (SM >= 8.9) with fast accumulation (Hopper's fp8 tensor cores skip the
   periodic promotion of partial sums to fp32: 1.23x at 24576x4096x16384 on the H200, the same
   error, bench/RESULTS.md "bench/kernels.py"); `scales="tensor"` uses one scale per tensor instead.
+  On CUDA, row-scaled calls of at most `FP8ScaledMMLinear.few_rows` rows (LTX-2's 126 audio tokens)
+  run `kernels.fp8_small_mm` instead of cuBLAS: K split across CTAs (1.3x cuBLAS at 2048 -> 2048,
+  2.3x at 8192 -> 2048 in a CUDA graph).
   In LTX-2's FeedForward (`net` = GELUApprox(proj), Identity, Linear) whose two linears both go
   fp8-scaled-mm with row scales, the tanh GELU runs inside the second linear's row quantization
   (`GeluQuantized`): the widest activation of a block (tokens x 16384) is written once in bf16 and
@@ -32,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kernels.fp8_small_mm import MAX_ROWS, small_rows_mm
 from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
 from kernels.scale_cast import scale_cast
 
@@ -135,9 +139,21 @@ def dequant_rows(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> to
     return _dequant(q, scale, dtype)
 
 
+@torch.library.custom_op("ltx_tui::fp8_few_rows_mm", mutates_args=())
+def _few_rows_op(x: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sb: torch.Tensor,
+                 bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    return small_rows_mm(x, sa, w, sb, bias, out_dtype)
+
+
+@_few_rows_op.register_fake
+def _few_rows_fake(x, sa, w, sb, bias, out_dtype):
+    return x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype)
+
+
 class FP8ScaledMMLinear(_QuantLinear):
     method = "fp8-scaled-mm"
     fast_accum = True  # bench/ltx2_dit.py's ablation turns it off
+    few_rows = MAX_ROWS  # row-scaled calls of at most this many rows on CUDA: kernels.fp8_small_mm (0: never)
 
     def __init__(self, linear: nn.Linear, scales: str = "row") -> None:
         super().__init__(linear)
@@ -170,6 +186,10 @@ class FP8ScaledMMLinear(_QuantLinear):
 
     def _mm(self, xq, sa, sb, lead, dtype) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(dtype)
+        if xq.is_cuda and self.scales == "row" and xq.shape[0] <= self.few_rows:
+            mm = _few_rows_op if torch.compiler.is_compiling() else small_rows_mm
+            y = mm(xq, sa.reshape(-1), self.weight, self.weight_scale, bias, dtype)
+            return y.reshape(*lead, self.out_features)
         y = torch._scaled_mm(xq, self.weight.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=dtype,
                              use_fast_accum=self.fast_accum)
         return y.reshape(*lead, self.out_features)
