@@ -13,7 +13,7 @@ from backends.config.options import OPTIONS, Profile
 from backends.config.plan import resolve
 from backends.machine.capability import probe
 from backends.machine.presets import preset
-from backends.runtime.apply import ALLOC_CONF, ProfileNotRunnable, apply_env, apply_profile, find_blocks
+from backends.runtime.apply import ALLOC_CONF, LT_WORKSPACE, ProfileNotRunnable, apply_env, apply_profile, find_blocks
 from backends.runtime.attention import NAFunction, implementation
 from backends.runtime.dense_attention import AttentionUnavailable, DenseFunction
 from backends.runtime.modules import DenseAttention, NeighborhoodAttention3D, dense_stack, na_stack
@@ -216,6 +216,19 @@ def test_apply_env_sets_merges_and_is_idempotent(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert apply_env(Profile(), env) == []
     assert "already initialised" in apply_env(Profile(), {})[0]
+
+
+def test_apply_env_drops_the_cublaslt_workspace_for_fp8_scaled_mm_only():
+    env = {}
+    apply_env(Profile().replace(**{"transformer.quantization": "fp8-scaled-mm"}), env)
+    assert env[LT_WORKSPACE] == "0"
+    env = {LT_WORKSPACE: "1024"}  # the user's own value stays
+    apply_env(Profile().replace(**{"transformer.quantization": "fp8-scaled-mm"}), env)
+    assert env[LT_WORKSPACE] == "1024"
+    for profile in (Profile(), Profile().replace(**{"transformer.quantization": "int8-w8a8"})):
+        env = {}
+        apply_env(profile, env)
+        assert LT_WORKSPACE not in env
 
 
 def test_find_blocks_prefers_transformer_blocks():

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
-from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, toml_value
+from backends.config.options import OPTIONS, NABackend, NattenKernel, Profile, Quantization, toml_value
 from backends.config.plan import PIPELINE, Plan, Step, plan_here
 from backends.config.rules import Facts, Status, na_usable, natten_kernel_check
 from backends.config.values import value
@@ -53,6 +53,10 @@ from backends.runtime.quant import fuse_gelu, plan_quantization
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
+# With no cuBLASLt workspace, the fp8 GEMMs at the DiT's token counts take cuBLAS's stream-scheduled
+# kernels, which need no Memset before each launch (2 us in a CUDA graph) and run as fast or faster
+# (bench/RESULTS.md, eleventh round); torch reads it at its first cuBLASLt call. A value already set stays.
+LT_WORKSPACE = "CUBLASLT_WORKSPACE_SIZE"
 
 
 class ProfileNotRunnable(RuntimeError):
@@ -114,11 +118,14 @@ class ApplyReport:
 
 
 def apply_env(profile: Profile, environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """Set the allocator environment for `profile` and keep torch.compile's caches in ltx-tui's
-    cache directory (`runtime.compile_cache`); returns warnings (CUDA initialised before the
-    setting changed). Calling it again is harmless."""
+    """Set the allocator environment for `profile` (and, for fp8-scaled-mm, no cuBLASLt workspace:
+    `LT_WORKSPACE`) and keep torch.compile's caches in ltx-tui's cache directory
+    (`runtime.compile_cache`); returns warnings (CUDA initialised before the allocator setting
+    changed). Calling it again is harmless."""
     environ = os.environ if environ is None else environ
     use_compile_caches(environ)
+    if profile.transformer.quantization == Quantization.FP8_SCALED_MM:
+        environ.setdefault(LT_WORKSPACE, "0")
     if not profile.memory.expandable_segments:
         return []
     current = environ.get(ALLOC_CONF, "")
@@ -169,8 +176,8 @@ Apply = Callable[[nn.Module, ApplyReport], None]
 
 def _prepare_env(step: Step, model, plan, device, include) -> Apply:
     def apply(model, report):
+        report.warnings += apply_env(plan.profile)
         if step.args["expandable_segments"]:
-            report.warnings += apply_env(plan.profile)
             report.add("memory.expandable_segments", "set", f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF, '')!r}")
         else:
             report.add("memory.expandable_segments", "kept", plan["memory.expandable_segments"].chain[-1].reason)
