@@ -25,6 +25,13 @@ from kernels.na3d_triton import interpreting
 MAX_DIM = 16384  # one row in registers
 
 
+def row_warps(d: int) -> int:
+    """Warps of a program that holds one row of d features: 4 up to 8192 (measured on the H200 at
+    LTX-2's 4096: 4 warps take 0.83-1.02x the time of 8 over these kernels, bench/RESULTS.md
+    eleventh round), 8 above."""
+    return 4 if d <= 8192 else 8
+
+
 class Refused(ValueError):
     """The arguments are not what the kernels take; the message says which and what they need."""
 
@@ -172,7 +179,7 @@ def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tens
     out = torch.empty_like(x)
     b, t, d = x.shape
     _ada_zero[(b * t,)](x, scale, shift, out, out, out, t, d, float(eps), *sc, *sh, KEEP=True, FP8=False,
-                        QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+                        QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=row_warps(d))
     return out
 
 
@@ -188,7 +195,7 @@ def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.
     q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
     _ada_zero[(b * t,)](x, scale, shift, x if out is None else out, q, s, t, d, float(eps), *sc, *sh, KEEP=keep,
-                        FP8=True, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+                        FP8=True, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=row_warps(d))
     return q, s, out
 
 
@@ -209,7 +216,7 @@ def _launch_post_sa(x, y, weight, eps, gate, g, normed, s) -> torch.Tensor:
     b, t, d = x.shape
     _post_sa[(b * t,)](x, y, gate, x if weight is None else weight.contiguous(), res, normed, s, t, d, float(eps), *g,
                        HAS_W=weight is not None, FP8=normed.dtype == torch.float8_e4m3fn, QMAX=FP8_MAX,
-                       BLOCK=triton.next_power_of_2(d), num_warps=8 if d >= 4096 else 4)
+                       BLOCK=triton.next_power_of_2(d), num_warps=row_warps(d))
     return res
 
 
@@ -295,5 +302,5 @@ def add_ada_zero_fp8(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor]
     _add_ada_zero[(b * t,)](x, y, *gp, scales[0], shifts[0], scales[-1], shifts[-1], res, out[1], out[2], q2, s2,
                             t, d, float(eps), *gs[0], *gs[1], *pairs[0][0], *pairs[0][1], *pairs[1][0], *pairs[1][1],
                             GATES=len(gates), TWO=two, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d),
-                            num_warps=8 if d >= 4096 else 4)
+                            num_warps=row_warps(d))
     return out

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.adaln import Refused
+from kernels.adaln import Refused, row_warps
 from kernels.na3d_triton import interpreting
 from kernels.scale_cast import to_e4m3
 
@@ -161,5 +161,5 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor | None, wk: 
                                 H=heads, HD2=half, ROPE=rope, FP8=scales is not None,
                                 SHARED=rope and rows_q == rows_k and kpe is pe,
                                 BLOCK_H=triton.next_power_of_2(heads), BLOCK_J=triton.next_power_of_2(half),
-                                num_warps=8 if q.shape[-1] >= 4096 else 4)
+                                num_warps=row_warps(q.shape[-1]))
     return qo, ko

@@ -28,6 +28,18 @@ def test_the_kernel_in_the_interpreter_matches_torch(gelu):
     assert torch.equal(q, want_q) and torch.allclose(s, want_s)
 
 
+@pytest.mark.gpu
+def test_the_kernels_hardware_tanh_stays_within_one_fp8_step():
+    x = torch.randn(512, 16384, device="cuda", dtype=torch.bfloat16) * 3
+    q, s = quantize_rows_triton(x, torch.float8_e4m3fn, True)
+    want_q, want_s = quantize_rows_torch(x, torch.float8_e4m3fn, True)
+    torch.testing.assert_close(s, want_s, rtol=2e-3, atol=0)
+    got, want = q.float() * s[:, None], want_q.float() * want_s[:, None]
+    step = want.abs().clamp(min=2.0 ** -6 * want_s[:, None]) / 8  # e4m3: 3 mantissa bits
+    assert bool(((got - want).abs() <= step * 1.02).all())
+    assert float((q.float() != want_q.float()).float().mean()) < 1e-2
+
+
 @pytest.mark.ltx2
 @pytest.mark.usefixtures("ltx2_core")
 def test_ltx2s_feedforwards_fused_compute_the_unfused_fp8_path():

@@ -447,6 +447,17 @@ def test_scale_cast_in_one_pass(divide):
         scale_cast(x, torch.ones(2), torch.float16, divide)
 
 
+@pytest.mark.parametrize("at", [0, 3 * 4096 + 5, 8 * 4096 + 1, 9 * 4096 + 6])
+def test_fp8_qkv_amax_sees_every_block_a_program_loops_over(at):
+    from kernels import fp8_qkv
+
+    q, k = torch.randn(1, 3, 2, 16), torch.randn(1, 3, 2, 16)
+    v = torch.rand(9 * 4096 + 7) * 0.5
+    v[at] = -7.0
+    scalars = fp8_qkv.quantize_qkv(q, k, v.view(1, -1, 1, 1), 256.0, 2.0)[3]
+    assert fp8_qkv.scalar(scalars, fp8_qkv.V).item() == pytest.approx(7.0 / 448, rel=1e-6)
+
+
 def test_fp8_qkv_scales_and_cudnn_scalars_in_two_launches():
     from kernels import fp8_qkv
 
