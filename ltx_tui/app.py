@@ -620,10 +620,21 @@ class LtxTuiApp(App):
         self._stop_work()
         self.exit(return_code=return_code, message=message)
 
+    def _quit_reasons(self) -> list[str]:
+        """What quitting now would stop or lose: a tune or smoke run going, unsaved changes."""
+        reasons = [what for event, what in ((self._tune_cancel, "a tune is running (what it measured so far "
+                                             "is kept in the tune cache)"),
+                                            (self._smoke_cancel, "a smoke run is going"))
+                   if event is not None and not event.is_set()]
+        if self.dirty:
+            reasons.append("the profile has unsaved changes")
+        return reasons
+
     def action_quit_app(self) -> None:
-        """q, ctrl+c, ctrl+q, the palette's Quit: asks first when there are unsaved changes (the same
-        key again at the question quits)."""
-        if not self.dirty or (self._quit_question is not None and self.screen is self._quit_question):
+        """q, ctrl+c, ctrl+q, the palette's Quit: asks first when a tune or smoke run is going or there
+        are unsaved changes (the same key again at the question quits)."""
+        reasons = self._quit_reasons()
+        if not reasons or (self._quit_question is not None and self.screen is self._quit_question):
             self._quit()
             return
 
@@ -631,8 +642,10 @@ class LtxTuiApp(App):
             self._quit_question = None
             if yes:
                 self._quit()
-        self._quit_question = QuitQuestion("The profile has unsaved changes. Quit without exporting? "
-                                           "(the same key again quits)", "Quit", "Stay")
+        what = "; ".join(reasons)
+        ask = "Quit without exporting?" if self.dirty else "Stop it and quit?"
+        self._quit_question = QuitQuestion(f"{what[0].upper()}{what[1:]}. {ask} (the same key again quits)",
+                                           "Quit", "Stay")
         self.push_screen(self._quit_question, answered)
 
     async def action_quit(self) -> None:

@@ -41,7 +41,18 @@ async def test_quitting_during_a_tune_kills_its_workers(sleeping_workers):
         await pilot.press("u")
         await wait_for(pilot, lambda: len(groups(sleeping_workers)) >= 2)  # measuring, the next one started
         pgids = groups(sleeping_workers)
+        await pilot.press("q")  # a tune is going: asked first (before, q quit and stopped it at once)
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.is_running
+        question = str(app.screen.query_one(".question").render())
+        assert "A tune is running" in question and "Stop it and quit?" in question
+        await pilot.press("n")  # Stay: the tune goes on
+        await pilot.pause()
+        assert app.is_running and app._tune_cancel is not None and not app._tune_cancel.is_set()
+        assert all(alive(g) for g in pgids[-1:])
         await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("q")  # the same key again quits
         await pilot.pause()
     assert not app.is_running
     assert wait_gone(pgids) == []
