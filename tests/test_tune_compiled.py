@@ -142,6 +142,18 @@ def test_after_the_priors_the_values_whose_first_call_compiles_go_first(fake_wor
     assert len(compiled) == 6 and others and max(compiled) < min(others)
 
 
+def test_fp8_scaled_mm_is_timed_with_the_large_wins_before_fp8_cast_and_the_attentions(fake_worker):
+    """A fresh H200 spent the default tune's 150 s on fp8-cast and before the attentions' alternatives
+    with fp8-scaled-mm (the DiT's largest win after compile) left untimed, and auto chose no
+    quantization: the DiT's fp8/int8 GEMMs are timed with the compiled values, right after the priors."""
+    runmod.tune(Profile(), live(), RunShapes(768, 512, 121),
+                options=("transformer.attention", "transformer.quantization", COMPILE), budget=120, store=False)
+    spawned = [line.split()[0] for line in fake_worker.read_text().splitlines()]
+    assert spawned[1:3] == ["none", "false"]  # after the attention's prior, the other priors
+    assert spawned[3:7] == ["fp8-scaled-mm", "int8-w8a8", "true", "true"]  # the large wins (true: cold, warm)
+    assert {"fp8-cast", "sdpa_cudnn", "pytorch"} <= set(spawned[7:])  # then the rest
+
+
 def test_a_second_process_that_fails_leaves_the_cold_timing_and_says_why(fake_worker, monkeypatch):
     real = runmod._spec_json
     monkeypatch.setattr(runmod, "_spec_json", lambda spec, shapes, na, cache=None, first_only=False: "not json"

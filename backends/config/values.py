@@ -50,7 +50,9 @@ class Value:
     memory effects: weight_bytes (quantization: bytes per block-linear weight), decode_coef
     (diffvae.mode: LTX-2's decode working-set coefficient), compiled (its first call compiles:
     diffvae.mode's decoder, compile.enabled's DiT blocks), cuda_graphs / without_graphs (compile.mode: keeps a CUDA-graph pool; the same mode
-    without graphs).
+    without graphs); large_win: without a first call that compiles, one of a run's large wins, which
+    `--tune` times right after the priors, as it does the compiled values (the DiT's GEMMs in a lower
+    precision).
     """
 
     text: str
@@ -65,6 +67,7 @@ class Value:
     compiled: bool = False
     cuda_graphs: bool = False
     without_graphs: str | None = None
+    large_win: bool = False
 
 
 _NA = "na_backend"
@@ -130,7 +133,7 @@ VALUES: dict[str, dict[str, Value]] = {
                           flag="--quantization fp8-cast", bound=QUANTIZED, tuned=True, weight_bytes=1),
         "fp8-scaled-mm": Value("torch._scaled_mm FP8 GEMMs with row-wise activation scales",
                                needs=("quant.fp8-scaled-mm",), step="quantize", flag="--quantization fp8-scaled-mm",
-                               bound=QUANTIZED, tuned=True, weight_bytes=1),
+                               bound=QUANTIZED, tuned=True, weight_bytes=1, large_win=True),
         "nvfp4-cast": Value(_NVFP4_LOADER + " (--quantization nvfp4-cast: BF16 weights cast while loading)",
                             needs=("quant.nvfp4",), runner=LOADER, step="quantize", flag="--quantization nvfp4-cast",
                             bound=QUANTIZED, weight_bytes=0.5),
@@ -142,7 +145,8 @@ VALUES: dict[str, dict[str, Value]] = {
                                needs=("quant.runs", "quant.fp8-blockwise"),
                                runner=NOBODY, bound=QUANTIZED, weight_bytes=1),
         "int8-w8a8": Value("ltx-tui's Triton int8 GEMM with dynamic per-row activation scales",
-                           needs=("quant.int8-w8a8",), step="quantize", bound=QUANTIZED, tuned=True, weight_bytes=1),
+                           needs=("quant.int8-w8a8",), step="quantize", bound=QUANTIZED, tuned=True, weight_bytes=1,
+                           large_win=True),
     },
     "transformer.quantization_scope": {
         "ltx2-blocks": Value("LTX-2's block linears (to_q/k/v, to_out.0, ff.net.0.proj, ff.net.2), as LTX-2's "

@@ -106,6 +106,13 @@ def first_call_compiles(spec: Spec) -> bool:
     return spec.option in UNIT and values.value(spec.option, spec.value).compiled
 
 
+def large_win(spec: Spec) -> bool:
+    """Whether the candidate is one of a run's large wins, timed right after the priors (a short
+    budget on a slow machine ran out on fp8-cast and the attentions before fp8-scaled-mm, the
+    DiT's largest win after compile): its first call compiles, or its value says so."""
+    return first_call_compiles(spec) or values.value(spec.option, spec.value).large_win
+
+
 def warm_again(spec: Spec, result: Candidate) -> bool:
     """Whether a candidate timed from cold caches gets a second, warm-cache process: it compiles, or
     its cold first call took over WARM_AGAIN_S more than a steady call (what it filled may be cached)."""
@@ -199,8 +206,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     spare: Worker | None = None
     try:
         for i in range(len(specs)):
-            if i == priors:  # the other values: compiled ones first (the large wins), then by quickest option
-                specs[i:] = sorted(specs[i:], key=lambda s: (not first_call_compiles(s),
+            if i == priors:  # the other values: the large wins first (compiled ones, the fp8/int8 GEMMs), by
+                specs[i:] = sorted(specs[i:], key=lambda s: (not large_win(s),  # quickest option, then the rest
                                                              fastest.get(s.option, (0.0, math.inf, ""))[1]))
             spec = specs[i]
             if on_event:
