@@ -236,8 +236,8 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
         if kind == "diffvae_layout" and probe_model.real and args["mode"].startswith("chunked"):
             from backends.runtime.ltx2 import ChunkedCompile, apply_decoder_layout
 
-            # the same layout, eager, with LTX-2's own MLP (combined: as built)
-            apply_decoder_layout(reference, "chunked_eager", ChunkedCompile(fused_mlp=False))
+            # the same layout, eager, with LTX-2's own MLP and det RoPE (combined: as built)
+            apply_decoder_layout(reference, "chunked_eager", ChunkedCompile(fused_mlp=False, fused_det=False))
         for m in reference.modules():
             if hasattr(m, "kernel_size") and hasattr(m, "attention_function"):
                 m.attention_function = NAFunction(ref_na)

@@ -47,6 +47,7 @@ ABLATION = {
     "chunked_compile: LTX-2's slab body": ltx2.ChunkedCompile(fused_qk=False),
     "chunked_compile: LTX-2's MLP tile": ltx2.ChunkedCompile(mlp_tile=None, fused_mlp=False),
     "chunked_compile: LTX-2's stage-5 MLP": ltx2.ChunkedCompile(fused_mlp=False),
+    "chunked_compile: LTX-2's det RoPE": ltx2.ChunkedCompile(fused_det=False),
 }
 
 

@@ -1,7 +1,7 @@
 """Per-head RMSNorm + absolute 3-axis RoPE of q and k, read from one fused QKV projection.
 
 Input `qkv` is (..., 3 * C) with C = heads * head_dim: q, k, v side by side per token, tokens
-ordered (B, T, H, W). For q and k of each head: x / rms(x) * weight (eps inside the root), q
+ordered (B, T, H, W); or (`qk_norm_rope_split`) q and k as two tensors (..., heads, head_dim). For q and k of each head: x / rms(x) * weight (eps inside the root), q
 also times `q_scale`; then the head_dim is split into (d_t, d_h, d_w) chunks and each adjacent
 pair (2i, 2i+1) of a chunk is rotated by the angle pos * inv[i] of its axis: the token's t index,
 h index, or `w_pos[w]` (a W slab's global column). v is untouched (a view of `qkv`).
@@ -24,17 +24,20 @@ BLOCK_N = 32
 
 
 @triton.jit
-def _qk_norm_rope(QKV, Q, K, NW, COS, SIN, N, T, H, W, q_scale, eps,
-                  C: tl.constexpr, HD: tl.constexpr, BLOCK_HD: tl.constexpr, DT2: tl.constexpr,
-                  DH2: tl.constexpr, BLOCK_N: tl.constexpr):
+def _qk_norm_rope(Q_IN, K_IN, Q, K, NW, COS, SIN, N, T, H, W, q_scale, eps,
+                  C: tl.constexpr, IN_STRIDE: tl.constexpr, HD: tl.constexpr, BLOCK_HD: tl.constexpr,
+                  DT2: tl.constexpr, DH2: tl.constexpr, BLOCK_N: tl.constexpr):
     head = tl.program_id(1)
     which = tl.program_id(2)  # 0: q, 1: k
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     d = tl.arange(0, BLOCK_HD)
     mask = (rows < N)[:, None] & (d < HD)[None, :]
     # whole head rows, contiguous; pairs (2i, 2i+1) are split apart in registers
-    x = tl.load(QKV + rows[:, None] * (3 * C) + which * C + head * HD + d[None, :], mask=mask, other=0.0)
-    x = x.to(tl.float32)
+    src = rows[:, None] * IN_STRIDE + head * HD + d[None, :]
+    if which == 0:
+        x = tl.load(Q_IN + src, mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(K_IN + src, mask=mask, other=0.0).to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x * x, 1) / HD + eps) * tl.where(which == 0, q_scale, 1.0)
     weight = tl.load(NW + which * HD + d, mask=d < HD, other=0.0).to(tl.float32)
     x = x * inv_rms[:, None] * weight[None, :]
@@ -79,31 +82,47 @@ def check_qk_norm_rope(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor,
     """Validate the arguments up front; returns head_dim."""
     if qkv.dim() < 2 or qkv.shape[-1] % (3 * heads):
         raise ValueError(f"qkv must be (..., 3 * heads * head_dim) with heads={heads}, got {tuple(qkv.shape)}")
+    if not qkv.is_contiguous():
+        raise ValueError("qkv must be contiguous (the output of one projection)")
     head_dim = qkv.shape[-1] // (3 * heads)
+    _check_rest(qkv.numel() // qkv.shape[-1], head_dim, norm_weight, cos, sin, thw, split)
+    return head_dim
+
+
+def check_qk_norm_rope_split(q: torch.Tensor, k: torch.Tensor, norm_weight: torch.Tensor, cos: torch.Tensor,
+                             sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int]) -> int:
+    """Validate the arguments of the two-tensor form up front; returns head_dim."""
+    if q.dim() < 3 or q.shape != k.shape or q.dtype != k.dtype:
+        raise ValueError(f"q and k must be (..., heads, head_dim) of one shape and dtype, got {tuple(q.shape)} "
+                         f"{q.dtype} and {tuple(k.shape)} {k.dtype}")
+    if not (q.is_contiguous() and k.is_contiguous()):
+        raise ValueError("q and k must be contiguous")
+    head_dim = q.shape[-1]
+    _check_rest(q.numel() // (q.shape[-2] * head_dim), head_dim, norm_weight, cos, sin, thw, split)
+    return head_dim
+
+
+def _check_rest(tokens: int, head_dim: int, norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                thw: tuple[int, int, int], split: tuple[int, int, int]) -> None:
     if sum(split) != head_dim or any(d % 2 for d in split):
         raise ValueError(f"rope split {split} must be even and sum to head_dim {head_dim}")
     if norm_weight.shape != (2, head_dim):
         raise ValueError(f"norm_weight must be (2, {head_dim}) (q's and k's), got {tuple(norm_weight.shape)}")
     t, h, w = thw
-    tokens = qkv.numel() // qkv.shape[-1]
     if min(t, h, w) < 1 or tokens % (t * h * w):
         raise ValueError(f"{tokens} tokens are not a whole number of (T, H, W) = {thw} volumes")
     if cos.shape != (t + h + w, head_dim // 2) or sin.shape != cos.shape:
         raise ValueError(f"cos/sin tables must be ({t + h + w}, {head_dim // 2}), got {tuple(cos.shape)}, "
                          f"{tuple(sin.shape)}")
-    if not qkv.is_contiguous():
-        raise ValueError("qkv must be contiguous (the output of one projection)")
-    return head_dim
 
 
-def qk_norm_rope_torch(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,
-                       sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
-                       q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same in torch ops (any device): (q, k), each (..., heads, head_dim), contiguous."""
-    head_dim = check_qk_norm_rope(qkv, heads, norm_weight, cos, sin, thw, split)
+def _norm_rope_torch(x: torch.Tensor, norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     thw: tuple[int, int, int], split: tuple[int, int, int], q_scale: float, eps: float,
+                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k stacked as x (volumes, T, H, W, 2, heads, head_dim): both normed and rotated, in `dtype`."""
     t, h, w = thw
-    lead = qkv.shape[:-1]
-    x = qkv.reshape(-1, t, h, w, 3, heads, head_dim)[..., :2, :, :].float()
+    head_dim = x.shape[-1]
+    x = x.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     x = x * norm_weight.float()[:, None, :] * torch.tensor([q_scale, 1.0], device=x.device)[:, None, None]
     pairs = x.unflatten(-1, (-1, 2))
@@ -115,9 +134,30 @@ def qk_norm_rope_torch(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor,
     c, s = cos.float()[row, col], sin.float()[row, col]  # (t, h, w, pairs)
     c, s = c[:, :, :, None, None, :], s[:, :, :, None, None, :]
     xe, xo = pairs[..., 0], pairs[..., 1]
-    out = torch.stack([xe * c - xo * s, xe * s + xo * c], dim=-1).flatten(-2).to(qkv.dtype)
-    return (out[..., 0, :, :].reshape(*lead, heads, head_dim).contiguous(),
-            out[..., 1, :, :].reshape(*lead, heads, head_dim).contiguous())
+    out = torch.stack([xe * c - xo * s, xe * s + xo * c], dim=-1).flatten(-2).to(dtype)
+    return out[..., 0, :, :], out[..., 1, :, :]
+
+
+def qk_norm_rope_torch(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
+                       q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same in torch ops (any device): (q, k), each (..., heads, head_dim), contiguous."""
+    head_dim = check_qk_norm_rope(qkv, heads, norm_weight, cos, sin, thw, split)
+    x = qkv.reshape(-1, *thw, 3, heads, head_dim)[..., :2, :, :]
+    q, k = _norm_rope_torch(x, norm_weight, cos, sin, thw, split, q_scale, eps, qkv.dtype)
+    lead = qkv.shape[:-1]
+    return q.reshape(*lead, heads, head_dim).contiguous(), k.reshape(*lead, heads, head_dim).contiguous()
+
+
+def qk_norm_rope_split_torch(q: torch.Tensor, k: torch.Tensor, norm_weight: torch.Tensor, cos: torch.Tensor,
+                             sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
+                             q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """`qk_norm_rope_torch` for q and k given apart, each (..., heads, head_dim)."""
+    check_qk_norm_rope_split(q, k, norm_weight, cos, sin, thw, split)
+    heads, head_dim = q.shape[-2:]
+    x = torch.stack([q.reshape(-1, *thw, heads, head_dim), k.reshape(-1, *thw, heads, head_dim)], dim=-3)
+    q2, k2 = _norm_rope_torch(x, norm_weight, cos, sin, thw, split, q_scale, eps, q.dtype)
+    return q2.reshape(q.shape).contiguous(), k2.reshape(k.shape).contiguous()
 
 
 def qk_norm_rope(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -128,17 +168,41 @@ def qk_norm_rope(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: 
     return run(qkv, heads, norm_weight, cos, sin, thw, split, q_scale, eps)
 
 
+def qk_norm_rope_split(q: torch.Tensor, k: torch.Tensor, norm_weight: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
+                       q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """`qk_norm_rope` for q and k given apart: the fused kernel on CUDA (or under the Triton
+    interpreter), else the torch ops."""
+    run = qk_norm_rope_split_triton if q.is_cuda or interpreting() else qk_norm_rope_split_torch
+    return run(q, k, norm_weight, cos, sin, thw, split, q_scale, eps)
+
+
 def qk_norm_rope_triton(qkv: torch.Tensor, heads: int, norm_weight: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
                         q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused kernel (CUDA, or the Triton interpreter): (q, k), each (..., heads, head_dim)."""
     head_dim = check_qk_norm_rope(qkv, heads, norm_weight, cos, sin, thw, split)
     c = heads * head_dim
-    n = qkv.numel() // qkv.shape[-1]
-    q, k = (torch.empty((*qkv.shape[:-1], heads, head_dim), device=qkv.device, dtype=qkv.dtype) for _ in "qk")
+    return _launch(qkv, qkv[..., c:], 3 * c, qkv.shape[:-1], heads, head_dim, norm_weight, cos, sin, thw, split,
+                   q_scale, eps)
+
+
+def qk_norm_rope_split_triton(q: torch.Tensor, k: torch.Tensor, norm_weight: torch.Tensor, cos: torch.Tensor,
+                              sin: torch.Tensor, thw: tuple[int, int, int], split: tuple[int, int, int],
+                              q_scale: float = 1.0, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel for q and k given apart (CUDA, or the Triton interpreter)."""
+    head_dim = check_qk_norm_rope_split(q, k, norm_weight, cos, sin, thw, split)
+    heads = q.shape[-2]
+    return _launch(q, k, heads * head_dim, q.shape[:-2], heads, head_dim, norm_weight, cos, sin, thw, split,
+                   q_scale, eps)
+
+
+def _launch(q_in, k_in, in_stride, lead, heads, head_dim, norm_weight, cos, sin, thw, split, q_scale, eps):
+    n = lead.numel()
+    q, k = (torch.empty((*lead, heads, head_dim), device=q_in.device, dtype=q_in.dtype) for _ in "qk")
     grid = (triton.cdiv(n, BLOCK_N), heads, 2)
-    _qk_norm_rope[grid](qkv, q, k, norm_weight.float().contiguous(), cos.float().contiguous(),
-                        sin.float().contiguous(), n, *thw, float(q_scale), float(eps), C=c, HD=head_dim,
-                        BLOCK_HD=max(2, triton.next_power_of_2(head_dim)), DT2=split[0] // 2,
-                        DH2=split[1] // 2, BLOCK_N=BLOCK_N, num_warps=4)
+    _qk_norm_rope[grid](q_in, k_in, q, k, norm_weight.float().contiguous(), cos.float().contiguous(),
+                        sin.float().contiguous(), n, *thw, float(q_scale), float(eps), C=heads * head_dim,
+                        IN_STRIDE=in_stride, HD=head_dim, BLOCK_HD=max(2, triton.next_power_of_2(head_dim)),
+                        DT2=split[0] // 2, DH2=split[1] // 2, BLOCK_N=BLOCK_N, num_warps=4)
     return q, k

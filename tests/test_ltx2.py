@@ -62,11 +62,17 @@ def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode, monkeyp
     from backends.runtime import diffvae_mlp
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
 
-    mlps = []
+    from kernels import qk_norm_rope
+
+    mlps, dets = [], []
     monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", (lambda f: lambda *a, **k: mlps.append(1) or f(*a, **k))(
         diffvae_mlp.swiglu_residual_))
+    for name in ("qk_norm_rope_split_torch", "qk_norm_rope_split_triton"):
+        monkeypatch.setattr(qk_norm_rope, name, (lambda f: lambda *a, **k: dets.append(1) or f(*a, **k))(
+            getattr(qk_norm_rope, name)))
     latent = ltx2.decoder_latent(decoder, 2, 3, 5)
     want = decode(ltx2_na(copy.deepcopy(decoder), mode, EagerSdpaAttention()), latent)
+    assert not dets, "LTX-2's own decoder ran ltx-tui's det-stage q/k step"
     ours = copy.deepcopy(decoder)
     profile = P(diffvae__na_backend="eager_sdpa", **({"diffvae__mode": mode} if mode else {}))
     report = apply_profile(ours, profile, cap)
@@ -76,6 +82,8 @@ def test_decoder_eager_sdpa_matches_ltx2s_eager_sdpa(decoder, cap, mode, monkeyp
     got = decode(ours, latent)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert len(mlps) == (2 * len(ours.diff_blocks) if mode else 0)  # 2 steps a decode
+    det_na = sum(type(m).__name__ == "NeighborhoodAttention3D" for m in ours.det_stages.modules())
+    assert len(dets) == (det_na if mode else 0), "the det stages' NA did not run ltx-tui's fused q/k step"
     # the q-prescaled protocol matters: the kernel's default scale would be far off
     assert (got - decode(ltx2_na(copy.deepcopy(decoder), mode, _default_scale), latent)).abs().max() > 1e-2
 
@@ -243,6 +251,99 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     assert counters["stats"]["unique_graphs"] == 0, "LTX-2's own chunked_eager decoder was compiled"
     assert len(mlps) == ran, "LTX-2's own chunked_eager decoder ran ltx-tui's MLP"
     assert (got - want).abs().max() < 1e-4 and frames
+
+
+@pytest.mark.parametrize("w,w_chunks,halo,want", [
+    (192, 4, 3, [(0, 48), (48, 48), (96, 48), (144, 48)]),
+    (10, 4, 1, [(0, 3), (3, 3), (6, 3), (9, 1)]),
+    (5, 1, 3, [(0, 5)]),
+    (13, 4, 3, None),  # the last slab (1 column) is narrower than the halo: LTX-2 pads it apart
+    (3, 4, 1, None),  # an empty slab
+])
+def test_w_slabs_says_where_ltx2s_buffers_are_clamped_gathers(w, w_chunks, halo, want):
+    from backends.runtime.diffvae_slab import w_slabs
+
+    assert w_slabs(w, w_chunks, halo) == want
+
+
+@pytest.mark.parametrize("w", [8, 10, 3])  # 3: one empty slab of 4, LTX-2's loop runs
+def test_slab_residual_matches_ltx2s_w_chunked_loop(decoder, w, monkeypatch):
+    """ltx-tui's W-slab loop (gathered slab inputs, each core added after the next slab's body has
+    read its halo) against LTX-2's `_run_w_chunked_residual`, with the same body, in place on x;
+    compile left out (the loop is what is tested)."""
+    from ltx_core.model.video_vae.transformer.chunked import attn as chunked
+
+    from backends.runtime import diffvae_slab
+    from backends.runtime.attention import NAFunction
+
+    monkeypatch.setattr(diffvae_slab, "_compiled", lambda: (diffvae_slab._slab_step, diffvae_slab._add_core))
+    block = decoder.diff_blocks[0]
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(1, 3, 4, w, block.attn.dim, generator=g)
+    scale, shift = (torch.randn(1, 1, 1, 1, block.attn.dim, generator=g) * 0.1 for _ in range(2))
+    packed = chunked._pack_residual_weights(block.attn, block.norm1, x)
+    fn = NAFunction("eager_sdpa")
+
+    def body(buf, w_pos, scale_, shift_, *rest):
+        return diffvae_slab.slab_attention(fn, block.attn, buf, w_pos, scale_, shift_, *rest)
+
+    halo = block.attn.kernel_size[2] // 2
+    want, got = x.clone(), x.clone()
+    with torch.inference_mode(), chunked._bound_chunked_attention(fn, block.attn):
+        chunked._run_w_chunked_residual(want, scale, shift, packed, 4, halo, body)
+        assert diffvae_slab.slab_residual(got, scale, shift, packed, 4, halo, body) is got
+    assert (want - x).abs().max() > 1e-3  # the residual did change x
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("w_chunks", [4, 1])
+def test_inject_context_matches_ltx2s_deferred_inject(decoder, w_chunks, monkeypatch):
+    """ltx-tui's stage-4 inject (each W slab's context added inside its compiled region) against
+    LTX-2's `deferred`, in place on x; compile left out (the slabs and adds are what is tested)."""
+    from ltx_core.model.video_vae.transformer.chunked.context import deferred
+    from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
+
+    from backends.runtime import diffvae_inject
+
+    monkeypatch.setattr(diffvae_inject, "_compiled", lambda: diffvae_inject._add_context)
+    block = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention()).diff_blocks[0]
+    up = block.stage4_upsample
+    stride = tuple(up.stride)
+    g = torch.Generator().manual_seed(9)
+    feat = torch.randn(1, 2, 3, 8, up.proj.in_features, generator=g)
+    x = torch.randn(1, 2 * stride[0] - 1, 3 * stride[1], 8 * stride[2], block.context_proj.out_features, generator=g)
+    want, got = x.clone(), x.clone()
+    with torch.inference_mode():
+        deferred(want, feat, up.proj, block.context_proj, stride, w_chunks=w_chunks, drop_leading_frame=True)
+        assert diffvae_inject.inject_context(got, feat, up.proj, block.context_proj, stride, w_chunks=w_chunks,
+                                             drop_leading_frame=True) is got
+    assert (want - x).abs().max() > 1e-3
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rope_bf16", [False, True])
+def test_det_qkv_rope_matches_ltx2s_det_step(decoder, rope_bf16, monkeypatch):
+    """ltx-tui's det-stage q/k step (LTX-2's projections, then norms, scale and RoPE in one kernel)
+    against LTX-2's `det_qkv_rope` on a det NA module; called eagerly it skips the custom op's
+    dispatch; a module set to bf16 RoPE gets LTX-2's own step, exactly."""
+    from ltx_core.model.video_vae.transformer.det_attn_rope import det_qkv_rope as ltx2_step
+
+    from backends.runtime import diffvae_det
+
+    monkeypatch.setattr(diffvae_det, "_qk_norm_rope_split_op", None)  # an eager call must not reach it
+    attn = copy.deepcopy(decoder.det_stages[1][0].attn)
+    if rope_bf16:
+        attn.rope_compute_dtype = torch.bfloat16
+    x = torch.randn(1, 3, 4, 9, attn.dim, generator=torch.Generator().manual_seed(6))
+    with torch.inference_mode():
+        want = ltx2_step(attn, x)
+        got = diffvae_det.det_qkv_rope(attn, x)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.is_contiguous()
+        if rope_bf16:
+            assert torch.equal(g, w)
+        else:
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("rope_bf16", [False, True])

@@ -53,6 +53,33 @@ def test_matches_brute_force(impl, dtype, tol):
         assert (got.double() - ref).abs().max().item() < tol * max(1.0, ref.abs().max().item())
 
 
+@pytest.mark.parametrize("impl", [K.qk_norm_rope_split_torch, K.qk_norm_rope_split_triton])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 4e-3)])
+def test_split_form_matches_brute_force(impl, dtype, tol):
+    """q and k given as two tensors (LTX-2's det stages project them apart): the same results."""
+    qkv, heads, nw, cos, sin, thw, split, w_pos, inv = case(dtype)
+    q_in, k_in, _ = (x.unflatten(-1, (heads, -1)).contiguous() for x in qkv.chunk(3, dim=-1))
+    q, k = impl(q_in, k_in, nw, cos, sin, thw, split, q_scale=0.25)
+    ref_q, ref_k = brute_force(qkv, heads, nw, thw, split, w_pos, inv, 0.25)
+    assert q.shape == k.shape == (2, *thw, heads, 16) and q.dtype == dtype and q.is_contiguous()
+    for got, ref in ((q, ref_q), (k, ref_k)):
+        assert (got.double() - ref).abs().max().item() < tol * max(1.0, ref.abs().max().item())
+
+
+@pytest.mark.parametrize("q_k,message", [
+    (lambda q, k: (q, k[..., :-2]), "one shape and dtype"),
+    (lambda q, k: (q, k.double()), "one shape and dtype"),
+    (lambda q, k: (q.transpose(-1, -2).contiguous().transpose(-1, -2), k), "contiguous"),
+    (lambda q, k: (q[:, :2].contiguous(), k[:, :2].contiguous()), "whole number"),
+])
+def test_split_form_bad_arguments_say_what_is_expected(q_k, message):
+    qkv, heads, nw, cos, sin, thw, split, _, _ = case(torch.float32)
+    q, k, _ = (x.unflatten(-1, (heads, -1)).contiguous() for x in qkv.chunk(3, dim=-1))
+    q, k = q_k(q, k)
+    with pytest.raises(ValueError, match=message):
+        K.qk_norm_rope_split(q, k, nw, cos, sin, thw, split)
+
+
 def test_triton_odd_sizes_and_head_dim_not_a_power_of_two():
     """head_dim 24 (12 pairs, padded to 16 lanes), tokens not a multiple of the block."""
     qkv, heads, nw, cos, sin, thw, split, w_pos, inv = case(torch.float32, thw=(2, 3, 7), heads=3, head_dim=24,
@@ -85,5 +112,18 @@ def test_cuda_bf16_stage5_slab():
     qkv, nw, cos, sin = (x.cuda() for x in (qkv, nw, cos, sin))
     q, k = K.qk_norm_rope_triton(qkv, heads, nw, cos, sin, thw, split, q_scale=0.125)
     ref_q, ref_k = brute_force(qkv.cpu(), heads, nw.cpu(), thw, split, w_pos, inv, 0.125)
+    for got, ref in ((q, ref_q), (k, ref_k)):
+        assert (got.cpu().double() - ref).abs().max().item() < 2e-2 * ref.abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_split_form_det_stage():
+    """The two-tensor form at a det stage's shape class (head_dim 64, 4 heads), bf16, on the GPU."""
+    qkv, heads, nw, cos, sin, thw, split, w_pos, inv = case(torch.bfloat16, thw=(5, 12, 20), heads=4,
+                                                            head_dim=64, split=(16, 24, 24), batch=1)
+    q_in, k_in, _ = (x.unflatten(-1, (heads, -1)).contiguous().cuda() for x in qkv.chunk(3, dim=-1))
+    q, k = K.qk_norm_rope_split_triton(q_in, k_in, nw.cuda(), cos.cuda(), sin.cuda(), thw, split, q_scale=0.125)
+    ref_q, ref_k = brute_force(qkv, heads, nw, thw, split, w_pos, inv, 0.125)
     for got, ref in ((q, ref_q), (k, ref_k)):
         assert (got.cpu().double() - ref).abs().max().item() < 2e-2 * ref.abs().max().item()

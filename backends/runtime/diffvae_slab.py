@@ -9,9 +9,21 @@ keeps whole); v goes to the NA as a view. Its parameters are LTX-2's, in LTX-2's
 runtime can put it in place of LTX-2's body for the modules it lays out (`runtime.ltx2`).
 
 RoPE runs in fp32 (LTX-2's default; its bf16 option is not followed: fp32 is the more exact).
+
+Around the bodies, LTX-2's loop (`_run_w_chunked_residual`) builds each slab's input in a new
+buffer (zeros, then the core, its halos and replicated edges copied in) and adds the slab's core
+output into x in place, eagerly: at 768x512x121 those passes took about a fifth of the decode's
+GPU time. `slab_residual` runs the same loop with each slab's input gathered from x inside the
+compiled body (clamped column indices are LTX-2's replicated edges; Inductor reads them in the
+norm's kernel) and each core added by a compiled in-place add. Every slab reads x as it was
+before the loop (LTX-2 keeps a copy of the left halo for that): a slab's add waits until the
+next slab's body has read it. Layouts where the clamped gather would not be LTX-2's buffer (a
+slab narrower than the halo) run LTX-2's loop.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -56,3 +68,53 @@ def slab_attention(attention_function, attn, x_chunk: torch.Tensor, w_pos: torch
     v = qkv[..., 2 * dim:].unflatten(-1, (num_heads, head_dim))
     out = attention_function(attn, q, k, v)
     return F.linear(out.reshape(batch, t, h, w, dim), proj_w, proj_b)
+
+
+def w_slabs(w: int, w_chunks: int, halo: int) -> list[tuple[int, int]] | None:
+    """(first core column, core width) of each of LTX-2's W slabs, when every slab's buffer is x's
+    columns with the volume's edges replicated (None: a slab narrower than the halo, or empty)."""
+    chunk = -(-w // w_chunks)
+    slabs = [(i * chunk, min(w, (i + 1) * chunk) - i * chunk) for i in range(w_chunks)]
+    if min(core for _, core in slabs) < (halo if w_chunks > 1 else 1):
+        return None
+    return slabs
+
+
+def _slab_step(attention_function, attn, x, columns, w_pos, scale, shift, *packed):
+    return slab_attention(attention_function, attn, x.index_select(3, columns), w_pos, scale, shift, *packed)
+
+
+def _add_core(x: torch.Tensor, out: torch.Tensor, start: int, halo: int, core: int) -> None:
+    x[:, :, :, start:start + core].add_(out[:, :, :, halo:halo + core])
+
+
+@functools.cache
+def _compiled():
+    from backends.runtime.ltx2 import under_settings
+
+    return under_settings(torch.compile(_slab_step)), under_settings(torch.compile(_add_core))
+
+
+def slab_residual(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, packed: tuple, w_chunks: int,
+                  halo: int, attn_fn) -> torch.Tensor:
+    """LTX-2's `_run_w_chunked_residual` (x += attn(modulate(norm(x))), W slab by W slab, in place)
+    with ltx-tui's gathers and adds; LTX-2's parameters."""
+    from ltx_core.model.video_vae.transformer.chunked import attn as chunked
+
+    w = x.shape[3]
+    slabs = w_slabs(w, w_chunks, halo)
+    if slabs is None:
+        loop = chunked._run_w_chunked_residual
+        return getattr(loop, "__wrapped__", loop)(x, scale, shift, packed, w_chunks, halo, attn_fn)
+    attention_function, attn = chunked._resolve_chunked_attention()
+    step, add = _compiled()
+    columns = torch.arange(slabs[0][1] + 2 * halo, device=x.device) - halo
+    pending = None
+    for start, core in slabs:
+        out = step(attention_function, attn, x, (columns + start).clamp(0, w - 1),
+                   (columns + start).to(torch.float32), scale, shift, *packed)
+        if pending is not None:  # after the body above has read its left halo
+            add(x, *pending)
+        pending = (out, start, halo, core)
+    add(x, *pending)
+    return x

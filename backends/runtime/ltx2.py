@@ -79,10 +79,11 @@ class ChunkedCompile:
     attention half is an opaque op). Each part keeps LTX-2's in-place stage-5 buffers, so the
     peak stays the chunked layout's.
 
-    slabs: the per-W-slab attention body (`_attn_on_chunk_impl`), with ltx-tui's NA op inside.
+    slabs: the per-W-slab attention body (`_attn_on_chunk_impl`), with ltx-tui's NA op inside;
+    with fused_qk, ltx-tui's slab loop around it too (`runtime.diffvae_slab.slab_residual`).
     det_stages: the NA blocks of stages 1-4 (LTX-2's own `compile_det_stages`).
-    inject: the deferred stage-4 upsample + context projection of each W slab (its in-place add
-    into the stage-5 buffer stays eager).
+    inject: the deferred stage-4 upsample + context projection of each W slab, with its in-place
+    add into the stage-5 buffer (`runtime.diffvae_inject`).
     static_shapes: no `mark_dynamic` on T/H/W: a decode has one shape, and static kernels are
     faster; another shape recompiles.
     mlp_tile: tokens per tile of LTX-2's tiled SwiGLU where it still runs (the det stages, and
@@ -94,6 +95,9 @@ class ChunkedCompile:
     (`runtime.diffvae_mlp`) rather than LTX-2's tiled op, in both chunked layouts (chunked_eager
     too: it is a kernel, not a compile), for blocks whose width the kernel takes
     (`kernels.swiglu_residual.supports`); it needs no workspace.
+    fused_det: the det stages' q/k norms + RoPE are ltx-tui's one kernel (`runtime.diffvae_det`)
+    rather than LTX-2's eager tiled RoPE op, in every layout but blackwell_dsl (a kernel, not a
+    compile).
     """
 
     slabs: bool = True
@@ -103,6 +107,7 @@ class ChunkedCompile:
     mlp_tile: int | None = 262_144
     fused_qk: bool = True
     fused_mlp: bool = True
+    fused_det: bool = True
 
 
 def decoder_recipe(mode: str, chunked: ChunkedCompile = ChunkedCompile()) -> Any:
@@ -126,6 +131,15 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
     with _quiet("ltx_core.model.video_vae.transformer.fallback_na"):
         apply.apply_diffvae_config(decoder, decoder_recipe(mode, chunked))
     _settle_dynamo(decoder)
+    if mode != "blackwell_dsl" and chunked.fused_det:
+        from backends.runtime.diffvae_det import det_qkv_rope
+
+        # NeighborhoodAttention3D.forward calls it (compiled by LTX-2 with the det stages, or eager)
+        _compile_marked("attention", "det_qkv_rope", lambda attn, x: attn, {"ltx-tui": det_qkv_rope},
+                        compile_bodies=False)
+        for module in decoder.det_stages.modules():
+            if hasattr(module, "kernel_size") and hasattr(module, "rope_dim_split"):
+                module.ltx_tui_compiled = "ltx-tui"
     if mode in ("chunked_eager", "chunked_compile") and chunked.fused_mlp:
         from backends.runtime.diffvae_mlp import residual_mlp
         from kernels.swiglu_residual import supports
@@ -144,18 +158,27 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
     if chunked.static_shapes:
         decoder.mark_dynamic_shapes = False
     if chunked.slabs:
-        from backends.runtime.diffvae_slab import slab_attention
+        from backends.runtime.diffvae_slab import slab_attention, slab_residual
 
+        namespace = importlib.import_module("ltx_core.model.video_vae.transformer.chunked.attn")
         _compile_marked("chunked.attn", "_attn_on_chunk_impl", lambda fn, attn, *args: attn,
                         {"ltx-tui": slab_attention})
+        loop = namespace._run_w_chunked_residual
+        _compile_marked("chunked.attn", "_run_w_chunked_residual",
+                        lambda *args: namespace._resolve_chunked_attention()[1],
+                        {"ltx-tui": slab_residual, "ltx-2": getattr(loop, "__wrapped__", loop)},
+                        compile_bodies=False)
         for module in decoder.diff_blocks.modules():
             if hasattr(module, "kernel_size") and hasattr(module, "attention_function"):
                 module.ltx_tui_compiled = "ltx-tui" if chunked.fused_qk else "ltx-2"
     if chunked.inject:
-        _compile_marked("chunked.context", "_upsample_then_ctx", lambda feat, up_w, up_b, ctx_w, *args: ctx_w)
+        from backends.runtime.diffvae_inject import inject_context
+
+        _compile_marked("chunked.block", "inject_context", lambda x, feat, up, ctx, *args: ctx.weight,
+                        {"ltx-tui": inject_context}, compile_bodies=False)
         for block in decoder.diff_blocks:
             if hasattr(block, "context_proj"):
-                block.context_proj.weight.ltx_tui_compiled = "ltx-2"
+                block.context_proj.weight.ltx_tui_compiled = "ltx-tui"
 
 
 # Dynamo settings for every compiled region of a laid-out decoder: Dynamo counts recompiles per
@@ -169,7 +192,7 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
 DYNAMO_SETTINGS = {"recompile_limit": 256, "automatic_dynamic_shapes": False, "suppress_errors": True}
 
 
-def _under_settings(compiled):
+def under_settings(compiled):
     """`compiled`, called under DYNAMO_SETTINGS."""
     import torch
 
@@ -186,7 +209,7 @@ def _settle_dynamo(decoder: nn.Module) -> None:
     for module in decoder.modules():
         for name, fn in list(vars(module).items()):
             if callable(fn) and hasattr(fn, "_torchdynamo_orig_callable"):
-                setattr(module, name, functools.wraps(fn)(_under_settings(fn)))
+                setattr(module, name, functools.wraps(fn)(under_settings(fn)))
 
 
 def _compile_marked(module: str, name: str, owner, bodies: dict | None = None, compile_bodies: bool = True) -> None:
@@ -200,7 +223,8 @@ def _compile_marked(module: str, name: str, owner, bodies: dict | None = None, c
     custom op (`ltx_core::na_residual_w_chunked`) that loops over W slabs eagerly, and injects the
     deferred stage-4 context slab by slab outside any compiled region. The per-slab bodies have
     fixed shapes per decode; compiled, their elementwise work fuses and ltx-tui's NA op sits
-    inside the graph. The loops, halos and in-place adds stay LTX-2's.
+    inside the graph. Where `runtime.diffvae_slab` and `runtime.diffvae_inject` say, the loops
+    around them are ltx-tui's too.
     """
     import functools
 
@@ -224,7 +248,7 @@ def _compile_marked(module: str, name: str, owner, bodies: dict | None = None, c
         return
     for key, fn in {"ltx-2": getattr(installed, "__wrapped__", installed), **(bodies or {})}.items():
         if key not in compiled:
-            compiled[key] = _under_settings(torch.compile(fn))
+            compiled[key] = under_settings(torch.compile(fn))
 
 
 # --- LTX-2's real modules in small configurations (smoke checks, tests) ------------------------
