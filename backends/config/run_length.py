@@ -21,16 +21,16 @@ UNIT = {"diffvae.mode": "decode", "compile.enabled": "DiT forward"}  # what one 
 # DISTILLED_SIGMA_VALUES (8 steps), stage 2 through the 4 STAGE_2_DISTILLED_SIGMA_VALUES (3 steps),
 # one DiT forward a step (no guidance).
 DISTILLED_FORWARDS = 8 + 3
-# Without a measurement: neither compiles. On a fresh H200 (bench/RESULTS.md, "ltx-tui --tune — H200,
-# 2026-12-01, fourth round") a compiled decoder's first decode takes 21.0 s (2.8 s from a warm compile
-# cache) to save about 0.55 s a decode (1.00 -> 0.45 s), and compiling the DiT's blocks 10.5 s (2.0 s warm) to save
+# Without a measurement: neither compiles. On a fresh H200 (bench/RESULTS.md, "twelfth round": --tune
+# and compile_cache.py) a compiled decoder's first decode takes 34.5 s (6.6 s from a warm compile
+# cache) to save about 0.59 s a decode (0.89 -> 0.31 s), and compiling the DiT's blocks 10.5 s (2.0 s warm) to save
 # about 0.09 s a forward at 6144 tokens (0.05 s at 1536; "bench/ltx2_dit.py"): neither pays off within one distilled
 # generation (1 decode, 11 forwards), and a process that runs many generations is what --tune
 # --runs N measures for.
 PRIOR = {"diffvae.mode": "chunked_eager", "compile.enabled": "false"}
 PRIOR_WHY = {
-    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (21 s on the H200, 2.8 s "
-                    "cached) to save 0.55 s a decode; --tune measures it",
+    "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (34.5 s on the H200, 6.6 s "
+                    "cached) to save 0.59 s a decode; --tune measures it",
     "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 10.5 s on the H200 (2.0 s cached) "
                        "to save 0.09 s a forward; --tune measures it",
 }
