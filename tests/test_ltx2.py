@@ -218,12 +218,19 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     from kernels import qk_norm_rope
     from ltx_core.model.video_vae.transformer.fallback_na import EagerSdpaAttention
 
-    fused, mlps = [], []
-    for name in ("qk_norm_rope_torch", "qk_norm_rope_triton"):
-        monkeypatch.setattr(qk_norm_rope, name, (lambda f: lambda *a, **k: fused.append(1) or f(*a, **k))(
-            getattr(qk_norm_rope, name)))
-    monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", (lambda f: lambda *a, **k: mlps.append(1) or f(*a, **k))(
-        diffvae_mlp.swiglu_residual_))
+    from backends.runtime import diffvae_inject, diffvae_slab
+
+    def counted(f, calls):
+        return lambda *a, **k: calls.append(1) or f(*a, **k)
+
+    fused, mlps, dets, steps, adds, injects = [], [], [], [], [], []
+    for name, calls in (("qk_norm_rope_torch", fused), ("qk_norm_rope_triton", fused),
+                        ("qk_norm_rope_split_torch", dets), ("qk_norm_rope_split_triton", dets)):
+        monkeypatch.setattr(qk_norm_rope, name, counted(getattr(qk_norm_rope, name), calls))
+    monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", counted(diffvae_mlp.swiglu_residual_, mlps))
+    slab_parts, inject_add = diffvae_slab._compiled(), diffvae_inject._compiled()  # compiled, counted
+    monkeypatch.setattr(diffvae_slab, "_compiled", lambda: (counted(slab_parts[0], steps), counted(slab_parts[1], adds)))
+    monkeypatch.setattr(diffvae_inject, "_compiled", lambda: counted(inject_add, injects))
     # the tiny decoder's 4 det blocks share one code object: with a limit of 2, blocks past it ran eager
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     dynamo_log = logging.getLogger("torch._dynamo.convert_frame")  # torch's loggers do not propagate
@@ -243,6 +250,11 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     assert graphs >= 3, dict(counters["stats"])  # at least slab body, det block, inject
     assert fused, "the slab bodies did not run ltx-tui's fused q/k norm + RoPE"
     assert len(mlps) == 2 * len(ours.diff_blocks), "the stage-5 blocks did not run ltx-tui's fused MLP"
+    slabs = 2 * len(ours.diff_blocks) * ours.diff_blocks[0].attn.w_chunks  # 2 steps a decode
+    assert len(steps) == len(adds) == slabs, "the stage-5 blocks did not run ltx-tui's slab loop"
+    assert len(injects) == slabs, "the stage-4 inject did not add inside ltx-tui's compiled region"
+    det_na = sum(type(m).__name__ == "NeighborhoodAttention3D" for m in ours.det_stages.modules())
+    assert len(dets) == det_na, "the compiled det stages did not run ltx-tui's fused q/k step"
     assert "recompile_limit" not in caplog.text
     theirs = ltx2_na(copy.deepcopy(decoder), "chunked_eager", EagerSdpaAttention())
     counters.clear()
@@ -250,6 +262,7 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     want = decode(theirs, latent)
     assert counters["stats"]["unique_graphs"] == 0, "LTX-2's own chunked_eager decoder was compiled"
     assert len(mlps) == ran, "LTX-2's own chunked_eager decoder ran ltx-tui's MLP"
+    assert len(dets) == det_na and len(steps) == len(injects) == slabs, "LTX-2's own decoder ran ltx-tui's parts"
     assert (got - want).abs().max() < 1e-4 and frames
 
 
@@ -259,6 +272,7 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
     (5, 1, 3, [(0, 5)]),
     (13, 4, 3, None),  # the last slab (1 column) is narrower than the halo: LTX-2 pads it apart
     (3, 4, 1, None),  # an empty slab
+    (4, 3, 0, None),  # an empty slab without halos (its buffer is zeros in LTX-2's loop)
 ])
 def test_w_slabs_says_where_ltx2s_buffers_are_clamped_gathers(w, w_chunks, halo, want):
     from backends.runtime.diffvae_slab import w_slabs
@@ -266,8 +280,12 @@ def test_w_slabs_says_where_ltx2s_buffers_are_clamped_gathers(w, w_chunks, halo,
     assert w_slabs(w, w_chunks, halo) == want
 
 
-@pytest.mark.parametrize("w", [8, 10, 3])  # 3: one empty slab of 4, LTX-2's loop runs
-def test_slab_residual_matches_ltx2s_w_chunked_loop(decoder, w, monkeypatch):
+@pytest.mark.parametrize("w,w_chunks,kw", [
+    (8, 4, 3), (10, 4, 3),  # halo 1; the last slab 1 column
+    (12, 4, 5), (8, 1, 5),  # halo 2; one slab, both edges replicated
+    (3, 4, 3), (10, 4, 5),  # LTX-2's loop: an empty slab; the last slab narrower than the halo
+])
+def test_slab_residual_matches_ltx2s_w_chunked_loop(decoder, w, w_chunks, kw, monkeypatch):
     """ltx-tui's W-slab loop (gathered slab inputs, each core added after the next slab's body has
     read its halo) against LTX-2's `_run_w_chunked_residual`, with the same body, in place on x;
     compile left out (the loop is what is tested)."""
@@ -276,8 +294,9 @@ def test_slab_residual_matches_ltx2s_w_chunked_loop(decoder, w, monkeypatch):
     from backends.runtime import diffvae_slab
     from backends.runtime.attention import NAFunction
 
-    monkeypatch.setattr(diffvae_slab, "_compiled", lambda: (diffvae_slab._slab_step, diffvae_slab._add_core))
-    block = decoder.diff_blocks[0]
+    monkeypatch.setattr(diffvae_slab, "_compiled", lambda: (diffvae_slab._slab_step, diffvae_slab._add))
+    block = copy.deepcopy(decoder.diff_blocks[0])
+    block.attn.kernel_size = (*block.attn.kernel_size[:2], kw)
     g = torch.Generator().manual_seed(8)
     x = torch.randn(1, 3, 4, w, block.attn.dim, generator=g)
     scale, shift = (torch.randn(1, 1, 1, 1, block.attn.dim, generator=g) * 0.1 for _ in range(2))
@@ -290,8 +309,8 @@ def test_slab_residual_matches_ltx2s_w_chunked_loop(decoder, w, monkeypatch):
     halo = block.attn.kernel_size[2] // 2
     want, got = x.clone(), x.clone()
     with torch.inference_mode(), chunked._bound_chunked_attention(fn, block.attn):
-        chunked._run_w_chunked_residual(want, scale, shift, packed, 4, halo, body)
-        assert diffvae_slab.slab_residual(got, scale, shift, packed, 4, halo, body) is got
+        chunked._run_w_chunked_residual(want, scale, shift, packed, w_chunks, halo, body)
+        assert diffvae_slab.slab_residual(got, scale, shift, packed, w_chunks, halo, body) is got
     assert (want - x).abs().max() > 1e-3  # the residual did change x
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
@@ -344,6 +363,26 @@ def test_det_qkv_rope_matches_ltx2s_det_step(decoder, rope_bf16, monkeypatch):
             assert torch.equal(g, w)
         else:
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("change", ["k_eps", "no_weight"])
+def test_det_qkv_rope_keeps_ltx2s_step_where_its_kernel_would_differ(decoder, change, monkeypatch):
+    """Norms of different eps, or without a weight: LTX-2's own det step runs, exactly."""
+    from ltx_core.model.video_vae.transformer.det_attn_rope import det_qkv_rope as ltx2_step
+
+    from backends.runtime import diffvae_det
+
+    monkeypatch.setattr(diffvae_det, "qk_norm_rope_split", None)  # the kernel must not be reached
+    attn = copy.deepcopy(decoder.det_stages[1][0].attn)
+    if change == "k_eps":
+        attn.k_norm.eps = 1e-5
+    else:
+        attn.q_norm = torch.nn.RMSNorm(attn.head_dim, eps=1e-6, elementwise_affine=False)
+    x = torch.randn(1, 3, 4, 9, attn.dim, generator=torch.Generator().manual_seed(6))
+    assert not diffvae_det.fusable(attn)
+    with torch.inference_mode():
+        for g, w in zip(diffvae_det.det_qkv_rope(attn, x), ltx2_step(attn, x)):
+            assert torch.equal(g, w)
 
 
 @pytest.mark.parametrize("rope_bf16", [False, True])

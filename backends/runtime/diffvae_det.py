@@ -26,7 +26,9 @@ def _qk_norm_rope_split_op(q: torch.Tensor, k: torch.Tensor, norm_weight: torch.
 
 
 def _qk_norm_rope_split(q, k, norm_weight, cos, sin, thw, split, q_scale, eps):
-    return qk_norm_rope_split(q, k, norm_weight, cos, sin, tuple(thw), tuple(split), q_scale, eps)
+    # contiguous already (LTX-2's projections); made so should a compiled graph hand over other strides
+    return qk_norm_rope_split(q.contiguous(), k.contiguous(), norm_weight, cos, sin, tuple(thw), tuple(split),
+                              q_scale, eps)
 
 
 @_qk_norm_rope_split_op.register_fake

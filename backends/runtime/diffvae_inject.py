@@ -15,12 +15,14 @@ import functools
 import torch
 
 
-def _add_context(x, feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_frame: bool, lo: int, hi: int) -> None:
+def _add_context(x_slab, feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_frame: bool) -> None:
+    """x_slab (a view of x's columns) += the context of feat (a view of the stage-4 features):
+    one graph whatever the views' offsets."""
     from ltx_core.model.video_vae.transformer.chunked import context
 
     upsample_then_ctx = getattr(context._upsample_then_ctx, "__wrapped__", context._upsample_then_ctx)
     ctx = upsample_then_ctx(feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_frame=drop_leading_frame)
-    x[:, :, :, lo:hi].add_(ctx[:, :, :, :hi - lo])
+    x_slab.add_(ctx[:, :, :, :x_slab.shape[3]])
 
 
 @functools.cache
@@ -35,11 +37,14 @@ def inject_context(x: torch.Tensor, stage4_feat: torch.Tensor, upsample_proj, co
     """LTX-2's `deferred` (x += context_proj(pixel_shuffle(upsample_proj(stage4_feat))), in place,
     W slab by W slab); its parameters. Returns x."""
     add = _compiled()
-    chunks = torch.chunk(stage4_feat, w_chunks, dim=3) if w_chunks > 1 else (stage4_feat,)
+    if w_chunks <= 1:
+        add(x, stage4_feat, upsample_proj.weight, upsample_proj.bias, context_proj.weight, context_proj.bias,
+            tuple(stride), drop_leading_frame)
+        return x
     lo = 0
-    for feat in chunks:
+    for feat in torch.chunk(stage4_feat, w_chunks, dim=3):
         hi = min(x.shape[3], lo + feat.shape[3] * stride[2])
-        add(x, feat, upsample_proj.weight, upsample_proj.bias, context_proj.weight, context_proj.bias,
-            tuple(stride), drop_leading_frame, lo, hi)
+        add(x[:, :, :, lo:hi], feat, upsample_proj.weight, upsample_proj.bias, context_proj.weight,
+            context_proj.bias, tuple(stride), drop_leading_frame)
         lo = hi
     return x

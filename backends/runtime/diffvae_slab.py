@@ -72,10 +72,11 @@ def slab_attention(attention_function, attn, x_chunk: torch.Tensor, w_pos: torch
 
 def w_slabs(w: int, w_chunks: int, halo: int) -> list[tuple[int, int]] | None:
     """(first core column, core width) of each of LTX-2's W slabs, when every slab's buffer is x's
-    columns with the volume's edges replicated (None: a slab narrower than the halo, or empty)."""
+    columns with the volume's edges replicated (None: a slab narrower than the halo, or an empty
+    one)."""
     chunk = -(-w // w_chunks)
     slabs = [(i * chunk, min(w, (i + 1) * chunk) - i * chunk) for i in range(w_chunks)]
-    if min(core for _, core in slabs) < (halo if w_chunks > 1 else 1):
+    if min(core for _, core in slabs) < max(halo if w_chunks > 1 else 1, 1):
         return None
     return slabs
 
@@ -84,15 +85,15 @@ def _slab_step(attention_function, attn, x, columns, w_pos, scale, shift, *packe
     return slab_attention(attention_function, attn, x.index_select(3, columns), w_pos, scale, shift, *packed)
 
 
-def _add_core(x: torch.Tensor, out: torch.Tensor, start: int, halo: int, core: int) -> None:
-    x[:, :, :, start:start + core].add_(out[:, :, :, halo:halo + core])
+def _add(x_core: torch.Tensor, out_core: torch.Tensor) -> None:
+    x_core.add_(out_core)  # views of x and of a slab's output: one graph whatever their offsets
 
 
 @functools.cache
 def _compiled():
     from backends.runtime.ltx2 import under_settings
 
-    return under_settings(torch.compile(_slab_step)), under_settings(torch.compile(_add_core))
+    return under_settings(torch.compile(_slab_step)), under_settings(torch.compile(_add))
 
 
 def slab_residual(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, packed: tuple, w_chunks: int,
@@ -108,13 +109,16 @@ def slab_residual(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, pac
         return getattr(loop, "__wrapped__", loop)(x, scale, shift, packed, w_chunks, halo, attn_fn)
     attention_function, attn = chunked._resolve_chunked_attention()
     step, add = _compiled()
-    columns = torch.arange(slabs[0][1] + 2 * halo, device=x.device) - halo
+    chunk = slabs[0][1]
+    # each slab's columns (row i: slab i's, from its left halo on), made at once for all slabs
+    columns = (torch.arange(chunk + 2 * halo, device=x.device) - halo
+               + chunk * torch.arange(len(slabs), device=x.device)[:, None])
+    w_pos, columns = columns.to(torch.float32), columns.clamp(0, w - 1)
     pending = None
-    for start, core in slabs:
-        out = step(attention_function, attn, x, (columns + start).clamp(0, w - 1),
-                   (columns + start).to(torch.float32), scale, shift, *packed)
+    for i, (start, core) in enumerate(slabs):
+        out = step(attention_function, attn, x, columns[i], w_pos[i], scale, shift, *packed)
         if pending is not None:  # after the body above has read its left halo
-            add(x, *pending)
-        pending = (out, start, halo, core)
-    add(x, *pending)
+            add(*pending)
+        pending = (x[:, :, :, start:start + core], out[:, :, :, halo:halo + core])
+    add(*pending)
     return x

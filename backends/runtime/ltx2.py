@@ -165,7 +165,7 @@ def apply_decoder_layout(decoder: nn.Module, mode: str, chunked: ChunkedCompile 
                         {"ltx-tui": slab_attention})
         loop = namespace._run_w_chunked_residual
         _compile_marked("chunked.attn", "_run_w_chunked_residual",
-                        lambda *args: namespace._resolve_chunked_attention()[1],
+                        lambda *args: namespace._CHUNKED_ATTN_MODULE.get(),  # bound by LTX-2's chunked()
                         {"ltx-tui": slab_residual, "ltx-2": getattr(loop, "__wrapped__", loop)},
                         compile_bodies=False)
         for module in decoder.diff_blocks.modules():
