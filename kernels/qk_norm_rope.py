@@ -1,10 +1,12 @@
-"""Per-head RMSNorm + absolute 3-axis RoPE of q and k, read from one fused QKV projection.
+"""Per-head RMSNorm + absolute 3-axis RoPE of q and k, read from one fused QKV projection or
+from q and k apart.
 
 Input `qkv` is (..., 3 * C) with C = heads * head_dim: q, k, v side by side per token, tokens
-ordered (B, T, H, W); or (`qk_norm_rope_split`) q and k as two tensors (..., heads, head_dim). For q and k of each head: x / rms(x) * weight (eps inside the root), q
-also times `q_scale`; then the head_dim is split into (d_t, d_h, d_w) chunks and each adjacent
-pair (2i, 2i+1) of a chunk is rotated by the angle pos * inv[i] of its axis: the token's t index,
-h index, or `w_pos[w]` (a W slab's global column). v is untouched (a view of `qkv`).
+ordered (B, T, H, W); or (`qk_norm_rope_split`) q and k as two tensors (..., heads, head_dim).
+For q and k of each head: x / rms(x) * weight (eps inside the root), q also times `q_scale`;
+then the head_dim is split into (d_t, d_h, d_w) chunks and each adjacent pair (2i, 2i+1) of a
+chunk is rotated by the angle pos * inv[i] of its axis: the token's t index, h index, or
+`w_pos[w]` (a W slab's global column). v is untouched (a view of `qkv`).
 
 The angles' cos/sin come in as one table per call (`rope_tables`): row t for the T axis, T + h
 for H, T + H + w for W, a column per pair. One program loads BLOCK_N whole head rows of q or k

@@ -155,6 +155,7 @@ class LtxTuiApp(App):
         self.poll_interval = poll_interval
         self.probe_live = probe_live
         self.smoke_capability = smoke_capability  # what smoke checks are planned for; default: probe here
+        self._this_machine: capmod.Capability | None = None  # probed for a tune or smoke run under a preset
         self.problems: list[str] = []
         self.profile = Profile()
         self.new_file = False  # --profile names a file that does not exist yet: the export creates it
@@ -394,7 +395,7 @@ class LtxTuiApp(App):
 
     def _tuned_here(self) -> Tuned | None:
         """The measurements `auto` follows: this machine's, when the options are validated for it."""
-        live = self.capability is not None and self.capability.source == "live"
+        live = self._here()
         return self.tuned if live else None
 
     @property
@@ -486,8 +487,7 @@ class LtxTuiApp(App):
             return
         self.action_tab("smoke")
         self._smoke_cancel = threading.Event()
-        probing = self.smoke_capability is None and not (self.capability is not None and
-                                                         self.capability.source == "live")
+        probing = self.smoke_capability is None and not self._here() and self._this_machine is None
         self.query_one(SmokePanel).preparing("probing this machine (torch, CUDA) to plan the checks…" if probing
                                              else "planning the checks…")
         self._run_smoke(self.profile, self._smoke_cancel)
@@ -509,8 +509,23 @@ class LtxTuiApp(App):
         self._tune_fresh = fresh
         self.action_tab("tune")
         self._tune_cancel = threading.Event()
-        self.query_one(TunePanel).start(self.run_shapes.label)
+        panel = self.query_one(TunePanel)
+        panel.start(self.run_shapes.label)
+        if not self._here() and self._this_machine is None:
+            panel.waiting(f"probing this machine (torch, CUDA): the tune times this machine, and the options are "
+                          f"validated for {target_title(self.capability)}")
         self._run_tune(self.profile, self.run_shapes, self._tune_cancel)
+
+    def _here(self) -> bool:
+        """Whether the options are validated for this machine (its live probe)."""
+        return self.capability is not None and self.capability.source == "live"
+
+    def _probe_this_machine(self) -> capmod.Capability:
+        """This machine's capability, for a tune or smoke run while the options are validated for
+        another one: probed once (out of the UI process, by the app's prober), then kept."""
+        if self._this_machine is None:
+            self._this_machine = self.prober()
+        return self._this_machine
 
     @work(thread=True, group="tune", exit_on_error=False)
     def _run_tune(self, profile: Profile, shapes: RunShapes, cancel: threading.Event) -> None:
@@ -518,12 +533,14 @@ class LtxTuiApp(App):
 
         panel = self.query_one(TunePanel)
         try:
-            here = self.capability is not None and self.capability.source == "live"
-            cap = self.capability if here else self.prober()  # this machine, probed out of the UI process
+            here = self._here()
+            cap = self.capability if here else self._probe_this_machine()
             if not can_time(cap, shapes):
                 why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device", in_app=True)
                 self.call_from_thread(panel.failed, f"Not tuned: {why}.")
                 return
+            if not here:
+                self.call_from_thread(panel.start, shapes.label)
             tuned = self.tuner(profile, cap, shapes, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)
             self.call_from_thread(self._tuned_ready, tuned, here)
@@ -544,7 +561,7 @@ class LtxTuiApp(App):
     def _tuned_ready(self, tuned: Tuned, here: bool) -> None:
         self.tuned = tuned
         note = "" if here else (" (measured on this machine; the options are validated for "
-                                f"{self.capability.source if self.capability else '?'}, so auto does not follow)")
+                                f"{target_title(self.capability)}, so auto does not follow)")
         self.query_one(TunePanel).show(tuned, note)
         self._resolve()
 
@@ -552,11 +569,11 @@ class LtxTuiApp(App):
     def _run_smoke(self, profile: Profile, cancel: threading.Event) -> None:
         panel = self.query_one(SmokePanel)
         try:
-            here = self.capability is not None and self.capability.source == "live"
-            cap = self.smoke_capability or (self.capability if here else
-                                            self.prober())  # this machine, probed out of the UI process
+            here = self._here()
+            cap = self.smoke_capability or (self.capability if here else self._probe_this_machine())
             note = "" if here or self.capability is None else (
-                f" (checks planned for this machine: the options are validated for {self.capability.source})")
+                f" (checks planned for this machine: the options are validated for "
+                f"{target_title(self.capability)})")
             specs = plan_checks(plan_here(profile, cap))  # as the workers and --check plan it: the tune cache too
             self.call_from_thread(panel.start, specs, note)
             results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),

@@ -1,6 +1,6 @@
 """The app's Plan tab (the run's shapes that the memory plan and the tune use, checked as the
-command line checks them), the tune refused at once on a CPU for LTX-2's shapes, `s` saying what
-it does at once, a new profile file, and the side column's width."""
+command line checks them), the tune refused at once on a CPU for LTX-2's shapes, `u` and `s`
+saying what they do at once, a new profile file, and the side column's width."""
 
 import dataclasses
 import threading
@@ -120,6 +120,38 @@ async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
         assert "no CUDA device here" in status and "768x512x121" in status and "Plan tab's run (w) at 224x224" in status
         assert "--resolution" not in status  # the app's words, not the command line's
         assert called == [] and app._tune_cancel is None
+
+
+async def test_a_tune_under_a_preset_says_it_probes_this_machine_at_once_and_probes_it_once():
+    """The options validated for preset h200, on a CPU box: u says at once that it probes this
+    machine (the tune times it, not the preset); the CPU's refusal follows the probe; a second u
+    and a smoke run reuse that probe."""
+    gate, probed, called = threading.Event(), [], []
+
+    def prober():
+        gate.wait(10)
+        probed.append(1)
+        return dataclasses.replace(preset("cpu"), source="live")
+
+    app = make_app("h200", prober=prober, tuner=lambda *a: called.append(a),
+                   smoke_runner=lambda specs, cancel, on_start, on_result: [])
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        await pilot.pause()
+        status = text(app, "#tune-status")
+        assert "probing this machine" in status and "validated for preset h200" in status  # before the probe answers
+        gate.set()
+        await wait_for(pilot, lambda: "Not tuned" in text(app, "#tune-status"))
+        assert "no CUDA device here" in text(app, "#tune-status") and app._tune_cancel is None
+        await pilot.press("u")
+        await wait_for(pilot, lambda: app._tune_cancel is None)
+        assert "probing" not in text(app, "#tune-status") and "Not tuned" in text(app, "#tune-status")
+        await pilot.press("s")
+        await pilot.pause()
+        assert "probing" not in text(app, "#smoke-status")
+        await wait_for(pilot, lambda: app._smoke_cancel is None)
+        assert probed == [1] and called == []
 
 
 async def test_smoke_says_what_it_does_at_once_while_the_machine_is_probed():

@@ -229,7 +229,8 @@ def test_chunked_compile_compiles_ltx2s_slab_bodies_det_stages_and_inject(decode
         monkeypatch.setattr(qk_norm_rope, name, counted(getattr(qk_norm_rope, name), calls))
     monkeypatch.setattr(diffvae_mlp, "swiglu_residual_", counted(diffvae_mlp.swiglu_residual_, mlps))
     slab_parts, inject_add = diffvae_slab._compiled(), diffvae_inject._compiled()  # compiled, counted
-    monkeypatch.setattr(diffvae_slab, "_compiled", lambda: (counted(slab_parts[0], steps), counted(slab_parts[1], adds)))
+    monkeypatch.setattr(diffvae_slab, "_compiled",
+                        lambda: (counted(slab_parts[0], steps), counted(slab_parts[1], adds)))
     monkeypatch.setattr(diffvae_inject, "_compiled", lambda: counted(inject_add, injects))
     # the tiny decoder's 4 det blocks share one code object: with a limit of 2, blocks past it ran eager
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
