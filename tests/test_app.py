@@ -249,7 +249,7 @@ async def test_smoke_run_shows_progress_results_and_cancels():
         await wait_for(pilot, lambda: app._smoke_cancel is None)
         status = str(app.query_one("#smoke-status", Static).render())
         assert "1 passed, 1 cancelled, " in status and "failed" not in status  # a cancel is not a failure
-        assert "planned for this machine" in status and "preset:h100" in status
+        assert "planned for this machine" in status and "validated for preset h100" in status
         names = [str(table.get_row(str(k))[0]) for k in range(table.row_count)]
         assert names[:2] == ["diffvae chunked_eager", "na3d triton"] and "linear fp8-cast" in names
         assert "compiled blocks (default)" in names
