@@ -395,8 +395,7 @@ class LtxTuiApp(App):
 
     def _tuned_here(self) -> Tuned | None:
         """The measurements `auto` follows: this machine's, when the options are validated for it."""
-        live = self._here()
-        return self.tuned if live else None
+        return self.tuned if self._here() else None
 
     @property
     def dirty(self) -> bool:

@@ -20,8 +20,7 @@ def _add_context(x_slab, feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_fr
     one graph whatever the views' offsets."""
     from ltx_core.model.video_vae.transformer.chunked import context
 
-    upsample_then_ctx = getattr(context._upsample_then_ctx, "__wrapped__", context._upsample_then_ctx)
-    ctx = upsample_then_ctx(feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_frame=drop_leading_frame)
+    ctx = context._upsample_then_ctx(feat, up_w, up_b, ctx_w, ctx_b, stride, drop_leading_frame=drop_leading_frame)
     x_slab.add_(ctx[:, :, :, :x_slab.shape[3]])
 
 
