@@ -82,7 +82,8 @@ warm-ups, the forward's wall time and the host's issue time (unprofiled: when fo
 a torch.profiler trace of the device alone: kernel launches, GPU busy time against the span and
 the wall (launch-boundness); then a trace with the host's ops and ranges naming each module and
 LTX-2's block functions: kernel time grouped into GEMMs (by role and M x K -> N; by shape alone
-inside compiled blocks), attention (video self, text cross, audio, audio/video cross),
+inside compiled blocks; a captured loop's kernels, replayed from a CUDA graph, link to no op and
+are grouped by their names alone), attention (video self, text cross, audio, audio/video cross),
 element-wise (RMSNorm, RoPE, AdaLN modulation, gelu, adds; Inductor's fused kernels by the ops
 they fuse), quantization (activations; fp8-cast's weight upcast), copies, other; and the top 15
 kernels. On the CPU it groups the ops' self CPU time.
@@ -470,6 +471,7 @@ COPY_OPS = {"aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::c
             "aten::fill_", "aten::zero_", "aten::zeros", "aten::empty_like", "aten::index", "aten::expand",
             "aten::repeat"}
 OUTSIDE = "outside the blocks (patchify, AdaLN/timestep MLPs, proj_out)"
+UNLINKED = "no op linked (a CUDA graph's replay): shape unknown"
 VIEW_OPS = re.compile(r"aten::(view|_unsafe_view|as_strided|transpose|t|reshape|slice|select|squeeze|unsqueeze|"
                       r"expand|permute|detach_?|alias|lift_fresh|empty|empty_strided|resize_|unbind|split|chunk|"
                       r"narrow|view_as|flatten|unflatten|is_nonzero|item|_local_scalar_dense|size|stride)$")
@@ -624,7 +626,7 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     fused = re.match(r"triton_(poi|red|per)_", low) is not None
     if name.startswith("views and allocations"):
         return "other", name
-    if "_scale_cast" in low or (any("sdpa_fp8" in n for n in op_names)
+    if "_scale_cast" in low or low.startswith(("_amax3", "_cast3")) or (any("sdpa_fp8" in n for n in op_names)
                                 and any("vector_norm" in n for n in op_names)):
         return "quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization"
     if low.startswith("_add_ada_zero"):
@@ -634,8 +636,10 @@ def classify(name: str, event, dims: dict) -> tuple[str, str]:
     if low == "_qk" or any(n == "ltx_tui::dit_qk" for n in op_names):
         return "element-wise", "q/k RMSNorm + RoPE (kernels.dit_qk, one pass; e4m3 before the fp8 attention)"
     if not fused and (ATTN_KERNEL.search(low) or any(ATTN_OP.search(n.lower()) for n in op_names)):
-        return "attention", _attention_kind(ops, dims)
+        return "attention", _attention_kind(ops, dims) if event is not None else UNLINKED
     gemm = None if fused else next((o for o in ops if o.name in GEMM_OPS), None)
+    if event is None and not fused and GEMM_KERNEL.search(low):
+        return "GEMM", UNLINKED
     if gemm is not None or (not fused and GEMM_KERNEL.search(low)):
         mkn = _mkn(gemm) if gemm is not None else None
         path = next((m[0] for m in mods if m[1] in ("Linear", *QUANT_CLASSES)), None)
@@ -704,7 +708,9 @@ def _units(events, cuda: bool) -> list:
         units = [(e.name, e.time_range.end - e.time_range.start, front.get(getattr(e, "linked_correlation_id", -1)))
                  for e in device]
         linked = sum(u[1] for u in units if u[2] is not None)
-        if linked >= 0.5 * sum(u[1] for u in units) or not kernels:
+        # A CUDA graph's replayed kernels link to no op (and torch attributes them to none either): they
+        # stay, classified by their names. torch's own attribution only where it covers more time.
+        if linked >= sum(k[1] for k in kernels):
             return units
     return kernels  # torch's own attribution (each op's `kernels`), where the linking above failed
 

@@ -108,9 +108,65 @@ BLOCK = "mod:transformer_blocks.*|BasicAVTransformerBlock"
      ("element-wise", "q/k RMSNorm + RoPE (kernels.dit_qk, one pass; e4m3 before the fp8 attention)")),
     ("Memcpy DtoD (Device -> Device)", under("aten::copy_", BLOCK), ("copies", "Memcpy")),
     ("void some_kernel", None, ("other", "not linked to a CPU op")),
+    # a CUDA graph's replay (compile.capture): no op linked, the kernel's name says what it is
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8_knob_32_64x128x128", None,
+     ("attention", "no op linked (a CUDA graph's replay): shape unknown")),
+    ("nvjet_sm90_qqtst_128x256_128x6_2x1_v_bz_ovscale_TNT", None,
+     ("GEMM", "no op linked (a CUDA graph's replay): shape unknown")),
+    ("_few_rows_partial", None, ("GEMM", "no op linked (a CUDA graph's replay): shape unknown")),
+    ("_cast3", None, ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
+    ("_amax3", None, ("quantization", "fp8 attention's q/k/v quantization (amax, cast) and output dequantization")),
+    ("_quantize_rows", None, ("quantization", "activation quantization (amax, scale, cast)")),
+    ("triton_poi_fused_add_mul_3", None, ("element-wise", "fused by Inductor (adds, gates, modulation, RoPE, ...)")),
 ])
 def test_kernel_categories(bench, kernel, event, expected):
     assert bench.classify(kernel, event, DIMS) == expected
+
+
+@dataclass
+class Span:
+    start: float
+    end: float
+
+
+@dataclass
+class TraceEvent:
+    """What `_units` reads of a torch profiler event."""
+    name: str
+    device_type: object
+    start: float
+    end: float
+    id: int = 0
+    linked_correlation_id: int = 0
+    kernels: list = None
+    is_user_annotation: bool = False
+
+    @property
+    def time_range(self):
+        return Span(self.start, self.end)
+
+
+def test_a_captured_forwards_kernels_stay_in_the_categories(bench):
+    """compile.capture replays the block loop from a CUDA graph: its kernels link to no op, and torch
+    attributes them to none. They are most of the forward's time and must stay in the table (they were
+    dropped for torch's attribution of the eager kernels alone, and the table showed only those)."""
+    from collections import namedtuple
+
+    from torch.autograd import DeviceType
+
+    Kernel = namedtuple("Kernel", "name device duration")
+    cpu, cuda = DeviceType.CPU, DeviceType.CUDA
+    op = TraceEvent("aten::mm", cpu, 0, 5, id=7, kernels=[Kernel("nvjet_eager", 0, 3.0)])
+    events = [op, TraceEvent("nvjet_eager", cuda, 1, 4, linked_correlation_id=7),
+              TraceEvent("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8", cuda, 10, 110),
+              TraceEvent("_qk", cuda, 110, 130)]
+    units = bench._units(events, cuda=True)
+    assert [(u[0], u[1], u[2]) for u in units] == [("nvjet_eager", 3, op),
+                                                   ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8", 100, None),
+                                                   ("_qk", 20, None)]
+    # where the linking fails altogether, torch's attribution stands
+    unlinked = [op, TraceEvent("nvjet_eager", cuda, 1, 4)]
+    assert bench._units(unlinked, cuda=True) == [("nvjet_eager", 3.0, op)]
 
 
 def run(*args: str) -> str:
