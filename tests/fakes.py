@@ -106,6 +106,9 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h, clock):
         return self._get(h, "sm_clock" if clock == self.NVML_CLOCK_SM else "mem_clock")
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return self._get(h, "energy_mj")
+
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._get(h, "procs")]
 
@@ -116,7 +119,8 @@ class FakeNvml:
 def fake_gpu(i: int, name="NVIDIA H200", cc=(9, 0), pci=None, **over):
     gpu = dict(name=name, uuid=f"GPU-{i:04d}aaaa-0000", pci=pci or f"00000000:{0x18 + i:02X}:00.0", cc=cc,
                mem_total=143771 * 2**20, mem_used=(1 + i) * 2**30, util=10 * i, temp=40 + i,
-               power_mw=100_000 + i, limit_mw=700_000, sm_clock=1980, mem_clock=3201, procs=(), gprocs=())
+               power_mw=100_000 + i, limit_mw=700_000, sm_clock=1980, mem_clock=3201, energy_mj=5_000_000 + i,
+               procs=(), gprocs=())
     gpu.update(over)
     return gpu
 

@@ -65,6 +65,16 @@ def test_unsupported_fields_are_reported_not_raised():
     assert g.utilization == 0
 
 
+def test_the_energy_counter_in_joules_or_none():
+    from backends.machine.nvml import NvmlSession
+
+    assert NvmlSession(FakeNvml([fake_gpu(0), fake_gpu(1)])).energy_j(1) == pytest.approx(5000.001)
+    assert NvmlSession(FakeNvml([fake_gpu(0)], unsupported={"energy_mj"})).energy_j(0) is None
+    assert NvmlSession(FakeNvml([fake_gpu(0)])).energy_j(3) is None  # no such device
+    broken = NvmlSession(FakeNvml([], init_error=RuntimeError("no driver")))
+    assert broken.energy_j(0) is None and "no driver" in broken.reason
+
+
 def test_nvml_read_that_never_returns_neither_blocks_nor_overlaps():
     import threading
     import time

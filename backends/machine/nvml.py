@@ -213,6 +213,17 @@ class NvmlSession:
             out["processes"], out["processes_error"] = read_processes(nv, handle, self._proc)
         return out
 
+    def energy_j(self, index: int) -> float | None:
+        """The energy device `index` has drawn since the driver loaded, in joules (NVML's total energy
+        counter, Volta on); None where NVML or the counter is not there (`self.reason` for NVML)."""
+        nv = self._nvml()
+        if nv is None:
+            return None
+        try:
+            return nv.nvmlDeviceGetTotalEnergyConsumption(nv.nvmlDeviceGetHandleByIndex(index)) / 1000.0
+        except Exception:
+            return None
+
     def _read_all(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         with self._lock:
             info = self.system()
