@@ -65,7 +65,8 @@ def _runs_parser() -> argparse.ArgumentParser:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """`text` on stderr, its lines kept and every other control character escaped (`printable`)."""
+    print("\n".join(printable(line) for line in text.split("\n")), file=sys.stderr, flush=True)
 
 
 def _built_line(built) -> str:
@@ -183,6 +184,7 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 
 def listing(records) -> str:
+    records = [ledger_mod.displayed(r) for r in records]
     lines = [f"{'id':<25} {'started':<20} {'module':<34} {'rank':>4} {'status':<11} {'stages s':>9} {'peak GiB':>9} "
              f"{'exit':>4}"]
     for r in reversed(records):
@@ -215,10 +217,11 @@ def _argv(r) -> str:
 
 def show(r) -> str:
     """One run stage by stage: seconds, steps, peak allocated/reserved, the memory plan's prediction."""
+    r = ledger_mod.displayed(r)
     lines = [f"run {r.id}: {r.module}{_of_ranks(r)} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, "
              f"profile {_profile(r)}"]
     if r.error:
-        lines.append(f"  error: {r.error}")
+        lines.append("  error: " + r.error.replace("\n", "\n         "))
     lines.append(f"  {'stage':<20} {'s':>9} {'load s':>7} {'compute':>8} {'steps':>5} {'s/step':>7} {'peak GiB':>8} "
                  f"{'rsvd GiB':>8} {'plan GiB':>8} {'error':>7}")
     for s in r.stages:
@@ -251,6 +254,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def compare(a, b) -> str:
     """Two runs side by side per stage (matched by stage name), B's speed-up over A."""
+    a, b = ledger_mod.displayed(a), ledger_mod.displayed(b)
     lines = [f"A = {a.id} ({a.module}{_of_ranks(a)}, profile {_profile(a)}, ltx argv: {_argv(a)})",
              f"B = {b.id} ({b.module}{_of_ranks(b)}, profile {_profile(b)}, ltx argv: {_argv(b)})",
              f"  {'stage':<20} {'A s':>9} {'B s':>9} {'A/B':>7} {'A comp':>8} {'B comp':>8} {'A/B':>7} "

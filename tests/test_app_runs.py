@@ -210,3 +210,26 @@ def test_snapshot_runs_80x24(snap_compare, tmp_path, monkeypatch):
         assert pilot.app.query_one("TabbedContent").active == "runs"
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+HOSTILE = dataclasses.replace(
+    NEWER, module="ltx_pipelines.\x1b[32mGREEN", ltx_argv=("--prompt", "a cat \x1b[31mEVIL"),
+    device={"name": "H200\x1b[2J"}, profile={"path": "p\x1b]0;title\x07.toml"},
+    error="RuntimeError: \x1b[1mbold\nsecond line",
+    stages=(StageRecord("denoising\x1b[5m 1", "denoise", 2.0),))
+
+
+async def test_control_characters_of_the_ledger_never_reach_the_terminal(tmp_path):
+    """A hand-edited record with escape sequences in its texts: the tab shows them escaped (before,
+    the raw ESC coloured the module and moved the table's border)."""
+    app = make_app(ledger=ledger(tmp_path / "run\x1b[7ms.jsonl", HOSTILE))
+    async with app.run_test(size=(100, 30)) as pilot:
+        panel = await open_runs(pilot)
+        texts = [str(app.query_one(f"#{name}", Static).render()) for name in ("runs-status", "run-summary", "run-argv")]
+        cells = [c for t in ("#runs-table", "#stages-table") for r in rows(app.query_one(t, DataTable)) for c in r.values()]
+        assert not any("\x1b" in t or "\x07" in t for t in texts + cells)
+        assert rows(app.query_one("#runs-table", DataTable))[0]["module"] == "\\x1b[32mGREEN"
+        assert "\\x1b[31mEVIL" in texts[2] and "H200\\x1b[2J" in texts[1] and "\\x1b]0;title\\x07" in texts[1]
+        assert "\\x1b[1mbold\nsecond line" in texts[1]  # the error keeps its line break
+        assert "run\\x1b[7ms.jsonl" in texts[0]
+        assert panel.shown[0].stages[0].name == "denoising\\x1b[5m 1"

@@ -414,3 +414,21 @@ def test_runs_without_a_profile_say_so_and_quote_ltx2s_argv(tmp_path, capsys):
     assert main(["runs", "--ledger", str(path), "--compare", "1", "2"]) == 0
     out = capsys.readouterr().out
     assert "None" not in out and "--prompt 'a cat'" in out and "profile p.toml" in out
+
+
+def test_runs_escapes_the_ledgers_control_characters(tmp_path, capsys):
+    """`ltx-tui runs` (list, --show, --compare) prints a hand-edited record's escape sequences escaped;
+    --json keeps the record as written (JSON escapes them itself)."""
+    path = tmp_path / "runs.jsonl"
+    hostile = dataclasses.replace(record("20261130-220000-aaaa"), module="ltx_pipelines.\x1b[32mGREEN",
+                                  ltx_argv=("a cat \x1b[31mEVIL",), error="bad \x1b[1mthing\nline two")
+    runs.append(hostile, path)
+    runs.append(record("20261130-230000-bbbb"), path)
+    for argv in ([], ["--show", "1"], ["--compare", "1", "2"]):
+        assert main(["runs", "--ledger", str(path), *argv]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\\x1b[32mGREEN" in out, argv
+    assert main(["runs", "--ledger", str(path), "--show", "1"]) == 0
+    assert "  error: bad \\x1b[1mthing\n         line two" in capsys.readouterr().out
+    assert main(["runs", "--ledger", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["module"] == "ltx_pipelines.\x1b[32mGREEN"

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from backends.machine.text import printable
 from backends.machine.textfile import FileProblem, read_bounded
 
 SCHEMA_VERSION = 1
@@ -130,6 +131,28 @@ class RunRecord:
         return record
 
 
+def _shown(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_shown(k): _shown(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shown(v) for v in value)
+    return value
+
+
+def displayed(record: RunRecord) -> RunRecord:
+    """`record` as a terminal may show it: every text in it (nested ones too) on one line with its
+    control characters escaped (`printable`: an ESC in a hand-edited module name must not colour or
+    move the screen); `error` keeps its line breaks. JSON output takes the record as written."""
+    data = record.to_dict()
+    error = data.get("error")
+    data = _shown(data)
+    if isinstance(error, str):
+        data["error"] = "\n".join(printable(line) for line in error.split("\n"))
+    return RunRecord.from_dict(data)
+
+
 def _value(kind: str, value: Any, where: str) -> Any:
     """`value` checked against the annotation `kind` (as the dataclasses here write them)."""
     if value is None and kind.endswith("| None"):
@@ -194,6 +217,10 @@ class Ledger:
     path: Path
     records: tuple[RunRecord, ...]
     skipped: int = 0
+
+    def displayed(self) -> "Ledger":
+        """This ledger with its records `displayed` (for the terminal)."""
+        return Ledger(self.path, tuple(displayed(r) for r in self.records), self.skipped)
 
     def find(self, key: str) -> RunRecord:
         """A record by position (1 the oldest, -1 the newest) or by id or id prefix; KeyError says

@@ -5,8 +5,9 @@ prediction) and the models it built.
 The ledger is read by a thread worker (file I/O never runs on the event loop) when the tab opens
 and on `R`; the widget only renders the snapshot it was handed, and a stale answer (an older read
 finishing after a newer one) is dropped. Everything that comes from the ledger (modules, argv,
-errors, paths) is shown literally, never as markup, and a hand-edited record whose fields have
-the wrong types shows `?` in those cells instead of breaking the tab.
+errors, paths) is shown literally, never as markup, with its control characters escaped
+(`runs.displayed`: an ESC in a hand-edited record never reaches the terminal), and a hand-edited
+record whose fields have the wrong types shows `?` in those cells instead of breaking the tab.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from backends.machine import runs
+from backends.machine.text import printable
 from backends.machine.textfile import FileProblem
 
 HINT = "no runs yet: `ltx-tui run --profile P.toml -- ltx_pipelines.distilled ...` records one"
@@ -137,7 +139,7 @@ class RunsPanel(Vertical):
     def _read(self, generation: int) -> None:
         result: runs.Ledger | str
         try:
-            result = runs.load(self.path)
+            result = runs.load(self.path).displayed()  # control characters escaped, never sent to the terminal
         except FileProblem as e:
             result = f"cannot read the run ledger {self._where()}: {e}"
         except Exception as e:  # noqa: BLE001 - any failure is shown in the tab, never raised
@@ -154,7 +156,7 @@ class RunsPanel(Vertical):
         if generation != self._generation:  # a newer read is on its way
             return
         if isinstance(result, str):
-            self.ledger, self.problem = None, result
+            self.ledger, self.problem = None, printable(result)
         else:
             self.ledger, self.problem = result, None
         self._render_ledger()
@@ -183,11 +185,12 @@ class RunsPanel(Vertical):
         if ledger is None:
             return
         skipped = f"; {ledger.skipped} skipped (not run records)" if ledger.skipped else ""
+        where = printable(str(ledger.path))
         if not ledger.records:
-            self._status(Text(f"{HINT} (ledger {ledger.path}){skipped}", style="yellow" if skipped else ""))
+            self._status(Text(f"{HINT} (ledger {where}){skipped}", style="yellow" if skipped else ""))
             self._show_run(None)
             return
-        self._status(Text(f"{len(ledger.records)} run(s) in {ledger.path}{skipped}; R reloads",
+        self._status(Text(f"{len(ledger.records)} run(s) in {where}{skipped}; R reloads",
                           style="yellow" if skipped else ""))
         wide = bool(self._wide)
         columns = ("id", "started", "module", "status", "stage s", "GiB", "exit") if wide else \
