@@ -86,10 +86,24 @@ def _refuse_output(args: argparse.Namespace) -> bool:
     return True
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors (exit 2) also print the JSON error object on stdout when the
+    command line asked for JSON (`json_errors`): a script reading stdout gets its answer."""
+
+    json_errors = False
+
+    def error(self, message: str):
+        if self.json_errors:
+            from ltx_tui.check import error_json
+
+            print(error_json("usage", message), flush=True)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from backends.config.profile import TOOL_VERSION
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ltx-tui",
         description="Configure and validate LTX-2 performance backends for this GPU box.",
         epilog=EPILOG,
@@ -165,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return (run_main if argv[0] == "run" else runs_main)(argv[1:])
     parser = build_parser()
+    parser.json_errors = "--json" in argv
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")

@@ -132,6 +132,29 @@ def test_usage_errors_exit_2(capsys):
     assert info.value.code == 2 and "must be > 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--check", "--json", "--frames", "10"], "frames 10: must be 8k+1"),
+    (["--check", "--json", "--resolution", "100x100"], "multiples of 32"),
+    (["--check", "--json", "--gpus", "0"], "--gpus"),
+    (["--check", "--json", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--json"], "go with --check"),
+    (["--tune", "--json", "--check"], "--tune runs on its own")])
+def test_a_usage_error_under_json_prints_the_json_error(capsys, argv, said):
+    """A script that asked for JSON gets the documented error object on stdout (before, argparse's
+    usage went to stderr and stdout stayed empty)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and "usage: ltx-tui" in err
+    data = json.loads(out)
+    assert data["exit_code"] == 2 and data["error"]["kind"] == "usage" and said in data["error"]["message"]
+    rest = [a for a in argv if a != "--json"]
+    if rest:  # (without anything, the app would start)
+        with pytest.raises(SystemExit):
+            main(rest)
+        assert capsys.readouterr().out == ""  # without --json: nothing on stdout
+
+
 @pytest.mark.parametrize("flag, value, said", [
     ("--frames", "80000001", "frames 80000001: must be 8k+1 from 1 to 1025"),
     ("--resolution", "65536x512", "resolution 65536x512: width and height must be multiples of 32 from 32 to 4096")])
