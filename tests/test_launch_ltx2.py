@@ -328,3 +328,27 @@ def test_sigterm_during_a_run_is_recorded_as_interrupted_and_exits_143(ltx2_pipe
                  *args_for(tiny, "distilled", tmp_path / "x.mp4")]) == 143
     assert only_record(ledger).status == "interrupted"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_missing_dependency_of_ltx2_is_said_as_that(ltx2_pipelines, monkeypatch, capsys):
+    """LTX-2's pipeline blocks import torchaudio; where it is not installed the run says so, once,
+    with the install line (before: six "is missing" lines and "supports v1.2.0 as released")."""
+    real = gate._resolve
+
+    def resolve(module, qualname):
+        if module.startswith("ltx_pipelines."):
+            raise ModuleNotFoundError("No module named 'torchaudio'", name="torchaudio")
+        return real(module, qualname)
+
+    monkeypatch.setattr(gate, "_resolve", resolve)
+    assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled"]) == 2
+    err = capsys.readouterr().err
+    assert "they import torchaudio, which this Python does not have: `pip install torchaudio`" in err
+    assert "is missing" not in err and "as released" not in err and "is not v1.2.0" not in err
+
+
+def test_no_such_pipeline_module_names_the_ones_there(ltx2_pipelines, capsys):
+    for module in ("ltx_pipelines.nope", "ltx_pipelines.a.b"):
+        assert main(["run", "--dry-run", "--", module]) == 2
+        err = capsys.readouterr().err
+        assert f"{module}: no such module in ltx-pipelines 1.2.0" in err and "distilled, " in err

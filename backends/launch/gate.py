@@ -99,6 +99,7 @@ class GateError(Exception):
 class Found:
     versions: dict[str, str | None]
     problems: tuple[str, ...]
+    missing: tuple[str, ...] = ()  # modules LTX-2 imports that this Python does not have (torchaudio, ...)
 
 
 def import_ltx_pipelines():
@@ -137,22 +138,41 @@ def _resolve(module: str, qualname: str):
     return obj
 
 
-def signature_problems(wrapped=WRAPPED) -> list[str]:
-    """Each wrapped function that is missing or whose parameters differ from v1.2.0's."""
-    problems = []
+def _dependency(e: ImportError) -> str | None:
+    """The top-level module LTX-2 imported and this Python lacks (not LTX-2's own), else None."""
+    name = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+    top = name.split(".")[0] if name else None
+    return top if top and top not in DISTS else None
+
+
+def _signatures(wrapped) -> tuple[list[str], list[str]]:
+    """(each wrapped function missing or whose parameters differ from v1.2.0's, the modules LTX-2
+    imports that are not installed: its functions behind them are not looked at)."""
+    problems, missing = [], []
     for module, qualname, params in wrapped:
         try:
             fn = _resolve(module, qualname)
             got = tuple(inspect.signature(fn).parameters)
         except (ImportError, AttributeError) as e:
-            problems.append(f"{module}.{qualname} is missing ({type(e).__name__}: {e})")
+            dependency = _dependency(e) if isinstance(e, ImportError) else None
+            if dependency is not None:
+                missing += [dependency] if dependency not in missing else []
+            else:
+                problems.append(f"{module}.{qualname} is missing ({type(e).__name__}: {e})")
             continue
         except (TypeError, ValueError) as e:
             problems.append(f"{module}.{qualname} has no readable signature ({e})")
             continue
         if got != params:
             problems.append(f"{module}.{qualname}({', '.join(got)}) differs from v{SUPPORTED}'s ({', '.join(params)})")
-    return problems
+    return problems, missing
+
+
+def signature_problems(wrapped=WRAPPED) -> list[str]:
+    """Each wrapped function that is missing or whose parameters differ from v1.2.0's (a module
+    LTX-2 imports that is not installed: one line for it)."""
+    problems, missing = _signatures(wrapped)
+    return [f"{m} is not installed (LTX-2 imports it)" for m in missing] + problems
 
 
 def check(multi_gpu: bool = False) -> Found:
@@ -165,15 +185,30 @@ def check(multi_gpu: bool = False) -> Found:
 
     versions = {DISTS[m.__name__]: package_version(m) for m in (ltx_core, pipelines)}
     problems = [f"{dist} {v or '(version unknown)'} is not v{SUPPORTED}" for dist, v in versions.items() if v != SUPPORTED]
-    problems += signature_problems(WRAPPED + (MGPU_WRAPPED if multi_gpu else ()))
-    return Found(versions, tuple(problems))
+    changed, missing = _signatures(WRAPPED + (MGPU_WRAPPED if multi_gpu else ()))
+    return Found(versions, tuple(problems + changed), tuple(missing))
+
+
+def _install_hint(modules: tuple[str, ...]) -> str:
+    try:
+        torch = f"; torchaudio's build must match torch {version('torch')}" if "torchaudio" in modules else ""
+    except PackageNotFoundError:
+        torch = ""
+    return f"`pip install {' '.join(modules)}` in this Python{torch}"
 
 
 def require(multi_gpu: bool = False) -> dict[str, str | None]:
-    """The versions of ltx-core and ltx-pipelines; GateError with every problem otherwise."""
+    """The versions of ltx-core and ltx-pipelines; GateError with every problem otherwise (a
+    dependency of LTX-2 that is not installed is said as that, not as another version)."""
     found = check(multi_gpu)
+    problems = "\n".join(f"  {p}" for p in found.problems)
+    if found.missing:
+        names = ", ".join(found.missing)
+        raise GateError(f"LTX-2's pipelines cannot be loaded here: they import {names}, which this Python does not "
+                        f"have: {_install_hint(found.missing)}"
+                        + (f"\nLTX-2 also differs from what `ltx-tui run` wraps:\n{problems}" if problems else ""))
     if found.problems:
-        raise GateError("LTX-2 is not what `ltx-tui run` wraps:\n" + "\n".join(f"  {p}" for p in found.problems)
+        raise GateError("LTX-2 is not what `ltx-tui run` wraps:\n" + problems
                         + f"\n`ltx-tui run` supports ltx-core and ltx-pipelines v{SUPPORTED} as released; "
                         "`ltx-tui --check --ltx-args --profile P.toml` still writes LTX-2's own command line for "
                         "the profile")

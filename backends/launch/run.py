@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import hashlib
 import importlib.util
+import pkgutil
 import runpy
 import sys
 import time
@@ -278,14 +279,30 @@ def _check_module(module: str) -> None:
                           f"({', '.join(flagmod.MGPU_MODULES)})")
 
 
-def _gate(module: str) -> dict[str, str | None]:
+def _no_such_module(module: str) -> str | None:
+    """Why `module` is not one of the importable ltx_pipelines' modules (None: it is, or ltx_pipelines
+    itself does not import: the gate says why)."""
+    pipelines, _ = gate.import_ltx_pipelines()
+    if pipelines is None:
+        return None
     try:
-        versions = gate.require(multi_gpu=module in flagmod.MGPU_MODULES)
+        if importlib.util.find_spec(module) is not None:
+            return None
+    except ModuleNotFoundError:  # a parent package is missing
+        pass
+    mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__) if not m.ispkg and not m.name.startswith("_"))
+    return (f"{module}: no such module in ltx-pipelines {gate.package_version(pipelines) or ''} "
+            f"({pipelines.__path__[0]}); its modules: {', '.join(mains)}")
+
+
+def _gate(module: str) -> dict[str, str | None]:
+    why = _no_such_module(module)
+    if why is not None:
+        raise LaunchError(why)
+    try:
+        return gate.require(multi_gpu=module in flagmod.MGPU_MODULES)
     except gate.GateError as e:
         raise LaunchError(str(e)) from None
-    if importlib.util.find_spec(module) is None:
-        raise LaunchError(f"{module}: no such module in ltx-pipelines {versions.get('ltx-pipelines')}")
-    return versions
 
 
 def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
