@@ -230,6 +230,18 @@ def test_offload_cpu_with_fp8_scaled_mm_warns_that_ltx2_raises():
     assert "fp8-scaled-mm" in d["offload.mode"].message and "LTX-2's own pipeline raises" in d["offload.mode"].message
 
 
+def test_prefetch_beyond_the_slots_is_a_fallback_to_what_the_runtime_streams():
+    """The runtime fetches at most gpu_slots - 1 blocks ahead; the check said 5 -> 5 for 2 slots."""
+    profile = P(offload__mode="cpu", offload__gpu_slots=2, offload__prefetch=5)
+    d = by_option(profile, preset("h200"))["offload.prefetch"]
+    assert (d.status, d.requested, d.effective) == (Status.FALLBACK, 5, 1)
+    assert "at most 1 block(s) can be fetched ahead" in d.message and "offload.gpu_slots to 6" in d.remedy
+    step = next(s for s in resolve(profile, preset("h200")).steps if s.kind == "offload")
+    assert step.args["prefetch"] == 1 and "1 block(s) ahead" in step.text
+    fits = by_option(P(offload__mode="cpu", offload__gpu_slots=6, offload__prefetch=5), preset("h200"))
+    assert (fits["offload.prefetch"].status, fits["offload.prefetch"].effective) == (Status.OK, 5)
+
+
 def test_offload_with_int8_is_not_blamed_on_ltx2():
     d = by_option(P(offload__mode="cpu", transformer__quantization="int8-w8a8"), preset("h100"))
     assert d["offload.mode"].status is Status.OK

@@ -160,10 +160,10 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
                           ("transformer.quantization", "transformer.quantization_scope")))
     o = d["offload.mode"]
     if _runs(o) and o.effective != "none":
-        p = profile.offload
-        steps.append(Step("offload", {"mode": o.effective, "gpu_slots": p.gpu_slots, "prefetch": p.prefetch},
+        p, prefetch = profile.offload, d["offload.prefetch"].effective
+        steps.append(Step("offload", {"mode": o.effective, "gpu_slots": p.gpu_slots, "prefetch": prefetch},
                           f"each transformer block's weights in {'pinned CPU memory' if o.effective == 'cpu' else 'a memory-mapped file'}"
-                          f", streamed through {p.gpu_slots} GPU slot(s), {p.prefetch} block(s) ahead",
+                          f", streamed through {p.gpu_slots} GPU slot(s), {prefetch} block(s) ahead",
                           ("offload.mode", "offload.gpu_slots", "offload.prefetch")))
     c = d["compile.enabled"]
     keys = ("compile.mode", "compile.backend", "compile.fullgraph", "compile.dynamic", "compile.capture")

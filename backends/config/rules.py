@@ -972,7 +972,16 @@ class _Resolver:
             self.unused("offload.prefetch", "offload.mode cannot run as asked (see offload.mode)")
         else:
             self.ok("offload.gpu_slots", f"{o.gpu_slots} GPU buffers for streamed blocks")
-            self.ok("offload.prefetch", f"{o.prefetch} blocks fetched ahead")
+            in_flight = o.gpu_slots - 1  # one slot holds the block being computed
+            if o.prefetch <= in_flight:
+                self.ok("offload.prefetch", f"{o.prefetch} blocks fetched ahead")
+            else:
+                why = (f"of {o.gpu_slots} GPU slot(s) one holds the block being computed: at most {in_flight} "
+                       "block(s) can be fetched ahead")
+                self.put("offload.prefetch", in_flight, Status.FALLBACK,
+                         [Step(o.prefetch, "requested"), Step(in_flight, why)], [], why,
+                         f"set offload.prefetch to at most {in_flight}, or offload.gpu_slots to {o.prefetch + 1} "
+                         "or more")
 
     def memory(self) -> None:
         m = self.p.memory
