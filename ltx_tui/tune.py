@@ -215,7 +215,7 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
     runs = f"{tuned.runs} run{'s' if tuned.runs != 1 else ''}"
     over = f"; {', '.join(o for o in chosen if o in UNIT)} for {runs} a process, compile counted" \
         if any(o in chosen for o in UNIT) else ""
-    print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured") + over,
+    print("\nchosen: " + (", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing (nothing measured)") + over,
           file=stdout)
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])

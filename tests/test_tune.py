@@ -118,6 +118,23 @@ def test_tune_times_chooses_and_caches(fake_worker):
     assert again.written == written == load_tuned(cap, shapes.label).written  # nothing new: still dated when measured
 
 
+def test_a_slow_first_value_leaves_the_other_options_their_share(fake_worker, monkeypatch):
+    """An option's first value with nothing of its option measured yet (the profile's eager_sdpa, which
+    hangs here as NATTEN's flex-fna crawls on a CPU) takes at most half the budget left: the rest is
+    timed (before, it took the whole budget and every other row said "budget spent")."""
+    monkeypatch.setattr(runmod, "MIN_TIMEOUT", 1.0)  # a short test: the others start with a second left
+    cap, shapes = live(), RunShapes(768, 512, 121)
+    profile = Profile().replace(**{"diffvae.na_backend": "eager_sdpa"})
+    t0 = time.monotonic()
+    tuned = runmod.tune(profile, cap, shapes, options=("diffvae.na_backend", "transformer.attention"), budget=7,
+                        store=False)
+    assert time.monotonic() - t0 < 6.5
+    rows = {(c.option, c.value): c for c in tuned.candidates}
+    slow = rows["diffvae.na_backend", "eager_sdpa"]
+    assert slow.status == "skipped" and "its share of the" in slow.reason and 3 <= slow.seconds <= 4
+    assert tuned.chosen().get("diffvae.na_backend") == "triton" and "transformer.attention" in tuned.chosen()
+
+
 def test_budget_and_cancel_skip_with_a_reason(fake_worker):
     cap, shapes = live(), RunShapes(768, 512, 121)
     tuned = runmod.tune(Profile(), cap, shapes, options=("transformer.quantization",), budget=1)

@@ -21,7 +21,9 @@ first, then those of the options whose prior measured quickest: a short budget s
 every option, and the quick alternatives before the slow ones. A value stopped for
 being over SLOWER x its option's fastest is known to be slower and cached as such; one the
 budget cut short is not started again with no more time than it already had (a slow kernel,
-e.g. NATTEN's flex-fna on a CPU, costs the budget once, not on every run). One tune times at a
+e.g. NATTEN's flex-fna on a CPU, costs its share once, not on every run). A value timed while
+nothing of its option is yet (the first of each) takes at most FIRST_SHARE of the budget left
+while others still wait: one slow value never leaves the rest of the tune unmeasured. One tune times at a
 time per cache directory (`tuned.tune_lock`): two at once would slow each other's timings.
 """
 
@@ -58,6 +60,10 @@ FINISH_S = 1.0  # kept back from the budget (at most 1% of it) for what follows 
 # SLOWER_MIN s; COMPILE_MIN s for one whose first call compiles, which a compile makes long):
 # one that needs longer is far slower and would only eat the budget.
 SLOWER, SLOWER_MIN, COMPILE_MIN = 5.0, 20.0, 120.0
+# An option's first value (nothing of its option measured yet) may take FIRST_SHARE of the budget
+# left while others wait (at least SLOWER_MIN / COMPILE_MIN): a slow one, e.g. NATTEN's flex-fna on a
+# CPU, no longer takes the whole budget and leaves every other option unmeasured.
+FIRST_SHARE = 0.5
 WARM_AGAIN_S = 1.0  # a cold first call this much over a steady call is timed again with warm caches
 # in the reason of a row whose warm-cache first call was not timed; RETRY: cut short, timed by the next tune
 WARM_UNTIMED, BUDGET_SPENT, RETRY = "first call with a warm compile cache not timed", "budget spent", "run again"
@@ -216,7 +222,12 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             best = fastest.get(spec.option)
             left = budget - (time.monotonic() - t0)
             least = COMPILE_MIN if first_call_compiles(spec) else SLOWER_MIN
-            limit = min(left, max(least, SLOWER * best[1])) if best else left
+            if best:
+                limit = min(left, max(least, SLOWER * best[1]))
+            elif to_run > 1 and (spec.option, spec.value) not in cached:  # others wait: they keep a share
+                limit = min(left, max(least, FIRST_SHARE * left))
+            else:
+                limit = left
             ran = unfinished.get((spec.option, spec.value))
             if hit is not None:
                 result = hit
@@ -275,9 +286,13 @@ def _result(spec: Spec, outcome: Outcome, limit: float, left: float, best: tuple
     row = outcome.last_json() if outcome.status == "done" else None
     if outcome.status == "cancelled":
         return Candidate(spec.option, spec.value, "skipped", reason="cancelled")
-    if outcome.status == "timeout" and limit < left:
+    if outcome.status == "timeout" and limit < left and best is not None:
         return Candidate(spec.option, spec.value, "skipped", reason=(
             f"{STOPPED} {limit:g} s: over {SLOWER:g}x the {best[1]:g} s that measuring {best[2]} took"))
+    if outcome.status == "timeout" and limit < left:  # an option's first value, at its share of the budget
+        return Candidate(spec.option, spec.value, "skipped", seconds=outcome.seconds, reason=(
+            f"{UNFINISHED} {outcome.seconds:g} s, its share of the {left:.0f} s left (the rest kept for the "
+            "other values); run again with a larger --budget"))
     if outcome.status == "timeout":
         return Candidate(spec.option, spec.value, "skipped", seconds=outcome.seconds,
                          reason=f"{UNFINISHED} {outcome.seconds:g} s; run again with a larger --budget")

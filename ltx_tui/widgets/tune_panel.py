@@ -118,10 +118,11 @@ class TunePanel(Vertical):
         for c in sorted(tuned.candidates, key=lambda c: (options.index(c.option), c.status == "skipped")):
             ranked = [x.ms for x in tuned.candidates if x.option == c.option and x.ms is not None]
             self._add_row(c, max(ranked, default=None), chosen.get(c.option) == c.value)
-        picked = ", ".join(f"{k} = {v}" for k, v in chosen.items()) or "nothing measured"
+        picked = ", ".join(f"{k} = {v}" for k, v in chosen.items())
+        picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
         cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
-        self.query_one("#tune-status", Static).update(Text(f"{head}: chosen {picked}{note}",
+        self.query_one("#tune-status", Static).update(Text(f"{head}: {picked}{note}",
                                                            style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
