@@ -301,3 +301,14 @@ def test_a_spare_worker_preloads_ltx2s_models_and_inductor():
             "print([name for name in measure.PRELOAD if name not in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.split("\n")[-2] == "[]", done.stderr[-1000:]
+
+
+def test_an_exact_values_row_says_it_is_the_reference(monkeypatch):
+    """quantization none is the reference itself (bound 0): its row said "max error 0 <= 0"."""
+    from backends.tune import measure as measure_mod
+
+    spec = {"option": "transformer.quantization", "value": "none", "device": "cpu", "shapes": [224, 224, 9, 1]}
+    monkeypatch.setitem(measure_mod.MEASURE, "transformer.quantization", lambda *a, **k: (1.0, 0.0))
+    assert runmod.worker(spec)["reason"] == "max error 0 = 0 (the reference's own computation)"
+    monkeypatch.setitem(measure_mod.MEASURE, "transformer.quantization", lambda *a, **k: (1.0, 0.05))
+    assert runmod.worker(dict(spec, value="fp8-cast"))["reason"] == "max error 0.05 <= 0.1"

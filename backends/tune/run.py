@@ -399,5 +399,6 @@ def worker(spec: dict) -> dict:
         return {"status": "measured", **warmup, "reason": "first call only"}
     limit = bound(option, value, dtype)
     ok = err <= limit
-    return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err, **warmup,
-            "reason": f"max error {err:.3g} {'<=' if ok else '>'} {limit:g}"}
+    said = (f"max error {err:.3g} {'<=' if ok else '>'} {limit:g}" if limit else  # an exact value: the reference's
+            f"max error {err:.3g} {'=' if ok else '>'} 0 (the reference's own computation)")
+    return {"status": "measured" if ok else "inaccurate", "ms": ms, "max_error": err, **warmup, "reason": said}
