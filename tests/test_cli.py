@@ -157,6 +157,7 @@ def test_a_usage_error_under_json_prints_the_json_error(capsys, argv, said):
 
 @pytest.mark.parametrize("flag, value, said", [
     ("--frames", "80000001", "frames 80000001: must be 8k+1 from 1 to 1025"),
+    ("--batch", "100000", "batch 100000: must be from 1 to 64 (memory.max_batch_size's range)"),
     ("--resolution", "65536x512", "resolution 65536x512: width and height must be multiples of 32 from 32 to 4096")])
 def test_check_refuses_a_run_beyond_the_bounds(capsys, flag, value, said):
     """80000001 frames planned 2.8 PB: frames and the resolution have an upper bound, said with the fix."""

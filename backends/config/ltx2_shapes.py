@@ -34,6 +34,7 @@ TIME_SCALE, SPACE_SCALE = 8, 32
 # 4096 px a side (DCI 4K): the two-stage pipelines upsample 2x (ltx-pipelines `utils/constants.py`)
 # from a first stage within those 2048 px.
 MAX_FRAMES, MAX_SIDE = 1025, 4096
+MAX_BATCH = 64  # also memory.max_batch_size's largest: a batch of 100000 planned 430 TiB
 
 DIT_LAYERS, DIT_HEADS, DIT_HEAD_DIM, DIT_FF_MULT, TEXT_TOKENS = 48, 32, 128, 4, 1024
 
@@ -66,7 +67,7 @@ def shape_problems(width: int | None = None, height: int | None = None, frames: 
     """What is wrong with the parts of a run given (None: not checked), resolution, frames, batch;
     `bounded=False` leaves out ltx-tui's upper bounds (a shape LTX-2's own command line chose)."""
     problems = []
-    top_side, top_frames = (MAX_SIDE, MAX_FRAMES) if bounded else (float("inf"), float("inf"))
+    top_side, top_frames, top_batch = (MAX_SIDE, MAX_FRAMES, MAX_BATCH) if bounded else (float("inf"),) * 3
     if width is not None and height is not None and not all(
             SPACE_SCALE <= side <= top_side and side % SPACE_SCALE == 0 for side in (width, height)):
         near = "x".join(str(min(MAX_SIDE, max(SPACE_SCALE, round(side / SPACE_SCALE) * SPACE_SCALE)))
@@ -79,8 +80,9 @@ def shape_problems(width: int | None = None, height: int | None = None, frames: 
                f"{below} or {below + TIME_SCALE}")
         problems.append(f"frames {frames}: must be 8k+1 from 1 to {MAX_FRAMES} (1, 9, 17, ..., 121, ..., {MAX_FRAMES}; "
                         f"LTX-2's VAE compresses time by {TIME_SCALE} after the first frame) — use {fix}")
-    if batch is not None and batch < 1:
-        problems.append(f"batch {batch}: must be at least 1")
+    if batch is not None and not 1 <= batch <= top_batch:
+        problems.append(f"batch {batch}: must be from 1 to {MAX_BATCH} (memory.max_batch_size's range) — use "
+                        + (f"at most {MAX_BATCH}" if batch > 1 else "at least 1"))
     return problems
 
 

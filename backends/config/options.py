@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.config.ltx2_shapes import MAX_BATCH
 from backends.machine.capability import MAX_GPUS
 from backends.machine.text import printable
 
@@ -462,8 +463,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("memory.expandable_segments", Kind.BOOL, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
                runtime="sets PYTORCH_CUDA_ALLOC_CONF (apply_env, before CUDA initialises)",
                flag="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-    OptionSpec("memory.max_batch_size", Kind.INT, "Largest batch the pipeline runs at once (1 to 64).", minimum=1,
-               maximum=64, runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
+    OptionSpec("memory.max_batch_size", Kind.INT, f"Largest batch the pipeline runs at once (1 to {MAX_BATCH}).",
+               minimum=1, maximum=MAX_BATCH, runtime=_PIPELINE, flag="--max-batch-size N (read by some pipeline modules only)"),
     OptionSpec("parallel.gpus", Kind.INT, f"GPUs for sequence parallelism (1 to {MAX_GPUS}, the most a capability "
                "describes).", minimum=1, maximum=MAX_GPUS,
                rules=("parallel.gpu-count", "parallel.heads", "parallel.max-peers", "parallel.linux", "parallel.nccl",
