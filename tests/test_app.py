@@ -364,7 +364,7 @@ async def test_help_lists_every_binding():
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         table = app.screen.query_one(DataTable)
-        actions = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        actions = [" ".join(str(table.get_row_at(i)[1]).split()) for i in range(table.row_count)]  # wrapped
         for b in app.BINDINGS:
             assert (b.tooltip or b.description) in actions
         await pilot.press("escape")
@@ -583,6 +583,9 @@ async def test_help_at_80x24_shows_the_general_keys_first_and_scrolls_with_the_k
         shown = " ".join(keys[:table.scrollable_content_region.height - table.header_height])
         assert all(key in shown for key in ("escape", "enter", "tab", "ctrl+p"))
         assert app.focused is table and table.max_scroll_y > 0
+        # every action whole within the dialog: long ones wrap ("... (--tune --fresh)" was cut at any width)
+        assert table.virtual_size.width <= table.scrollable_content_region.width and table.max_scroll_x == 0
+        assert any("(--tune --fresh)" in " ".join(str(table.get_row_at(i)[1]).split()) for i in range(table.row_count))
         await pilot.press("pagedown", "pagedown")
         await pilot.pause()
         assert table.scroll_y == table.max_scroll_y

@@ -3,6 +3,8 @@ app's, then the dialogs'. The table has the focus: up/down, pgup/pgdn, home/end 
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,6 +20,7 @@ GENERAL_KEYS = [
     ("ctrl+p", "command palette (options, smoke, tune, tabs)"),
 ]
 DIALOG_KEYS = [("y / n", "answer a question")]
+ACTION_WIDTH = 46  # what the 76-column dialog leaves the action column beside the keys and a scrollbar
 
 
 class HelpScreen(ModalScreen[None]):
@@ -34,6 +37,6 @@ class HelpScreen(ModalScreen[None]):
             yield Label("Keys (escape closes; up/down, pgup/pgdn scroll)")
             table = DataTable(show_cursor=False)
             table.add_columns("key", "action")
-            for key, description in GENERAL_KEYS + self.bindings + DIALOG_KEYS:
-                table.add_row(Text(key), Text(description))
+            for key, description in GENERAL_KEYS + self.bindings + DIALOG_KEYS:  # long texts wrap, never cut
+                table.add_row(Text(key), Text("\n".join(textwrap.wrap(description, ACTION_WIDTH))), height=None)
             yield table
