@@ -21,12 +21,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets._header import HeaderTitle
 
 from backends.machine import capability as capmod
 from backends.machine.presets import load_capability
@@ -101,6 +104,24 @@ def value_marks(profile: Profile, cap: capmod.Capability, key: str, tuned: Tuned
         d = resolve(profile.replace(**{key: typed_choice(spec, value)}), cap, tuned)[key]
         marks[value] = (d.status, d.chain[-1].reason)
     return marks
+
+
+class FitHeader(Header):
+    """The header, which fits its text to its width again when resized (`LtxTuiApp.format_title`)."""
+
+    def on_resize(self) -> None:
+        self.app.refit_header()
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` cells (at least 9): its middle replaced by "…", most of what is kept
+    from its end (a path's file name)."""
+    if cell_len(text) <= width:
+        return text
+    width = max(width, 9)
+    tail = (2 * (width - 1)) // 3
+    head = width - 1 - tail
+    return text[:head] + "…" + text[len(text) - tail:]
 
 
 class LtxTuiApp(App):
@@ -191,7 +212,7 @@ class LtxTuiApp(App):
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield FitHeader()
         yield Static(Text("\n".join(self.problems)), id="banner", classes="visible" if self.problems else "")
         with Horizontal(id="body"):
             with VerticalScroll(id="side"):
@@ -249,9 +270,34 @@ class LtxTuiApp(App):
         """What the options are validated for, then the summary, so a narrow terminal cuts the path, not
         the target or the error count."""
         self.title = target_title(self.capability, self.nvml_gpus)
+        self._title_path = self.profile_path or ""  # the part `format_title` shortens to fit
         where = (f"{self.profile_path} (new file)" if self.new_file else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
+
+    def format_title(self, title: str, sub_title: str):
+        """The header's text; a profile path too long for the header loses its middle, so the file's
+        name and the unsaved-changes `*` after it stay in sight (the header cut them at 80 columns)."""
+        path = getattr(self, "_title_path", "")
+        header = self._header_title()
+        room = header.size.width if header is not None else 0
+        over = cell_len(f"{title} — {sub_title}") - room
+        if room and path and over > 0 and path in sub_title:
+            sub_title = sub_title.replace(path, middle_cut(path, cell_len(path) - over), 1)
+        return super().format_title(title, sub_title)
+
+    def refit_header(self) -> None:
+        """The header's text again for its width now (`FitHeader` calls it when resized)."""
+        header = self._header_title()
+        if header is not None:
+            header.update(self.format_title(self.title, self.sub_title))
+
+    def _header_title(self) -> HeaderTitle | None:
+        """The main screen's header text (a dialog on top has none), None before it is mounted."""
+        try:
+            return self.screen_stack[0].query_one(HeaderTitle)
+        except (IndexError, NoMatches):
+            return None
 
     def _show_target(self) -> None:
         """The title, the GPU panels and the options' border say what the options are validated for."""

@@ -154,3 +154,28 @@ async def test_a_change_set_back_leaves_nothing_unsaved():
         await pilot.press("q")  # nothing to lose: no question
         await pilot.pause()
         assert app.return_code == 0
+
+
+async def test_a_long_profile_path_keeps_its_name_and_the_unsaved_mark_in_the_header(tmp_path):
+    """At 80 columns the header cut a long path's end, and the '*' with it; now the path loses its
+    middle and the rest fits, and a wider terminal shows it whole again."""
+    from rich.cells import cell_len
+    from textual.widgets._header import HeaderTitle
+
+    folder = tmp_path / ("a folder with a long [bold] name" * 2)
+    folder.mkdir()
+    path = folder / "profile.toml"
+    path.write_text("")
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "offload.mode", "cpu")
+        await pilot.pause()
+        title = app.screen.query_one(HeaderTitle)
+        shown = str(title.render())
+        assert cell_len(shown) <= title.size.width and shown.endswith("profile.toml *") and "…" in shown
+        assert app.sub_title.endswith(f"{path} *")  # the whole path is still the app's subtitle
+        await pilot.resize_terminal(240, 30)
+        await pilot.pause()
+        await pilot.pause()
+        assert str(title.render()).endswith(f"{path} *")
