@@ -242,6 +242,14 @@ def test_prefetch_beyond_the_slots_is_a_fallback_to_what_the_runtime_streams():
     assert (fits["offload.prefetch"].status, fits["offload.prefetch"].effective) == (Status.OK, 5)
 
 
+def test_no_cuda_gpu_leaves_parallel_devices_unused():
+    """With parallel.gpus an error (no GPU visible) parallel.devices said "the first 1 CUDA ordinal(s)"."""
+    d = by_option(P(), preset("cpu"))
+    assert d["parallel.gpus"].status is Status.ERROR
+    assert d["parallel.devices"].effective is None and "unused: parallel.gpus cannot run" in d["parallel.devices"].chain[0].reason
+    assert by_option(P(), preset("h100"))["parallel.devices"].effective == [0]
+
+
 def test_offload_with_int8_is_not_blamed_on_ltx2():
     d = by_option(P(offload__mode="cpu", transformer__quantization="int8-w8a8"), preset("h100"))
     assert d["offload.mode"].status is Status.OK

@@ -1022,7 +1022,9 @@ class _Resolver:
                          "; ".join(r.message(f) for r in doubts), "; ".join(r.fix(f) for r in doubts))
             else:
                 self.ok(key, f"{asked}; {tokens}", rules=errors + warnings)
-        if par.devices is None:
+        if par.devices is None and self.out[key].status is Status.ERROR:
+            self.unused("parallel.devices", "parallel.gpus cannot run as asked (see parallel.gpus)")
+        elif par.devices is None:
             self.ok("parallel.devices", f"the first {par.gpus} CUDA ordinal(s)", list(range(par.gpus)))
         else:
             self.require("parallel.devices", ["parallel.devices"], "the listed CUDA ordinals")
