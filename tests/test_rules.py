@@ -240,6 +240,8 @@ def test_prefetch_beyond_the_slots_is_a_fallback_to_what_the_runtime_streams():
     assert step.args["prefetch"] == 1 and "1 block(s) ahead" in step.text
     fits = by_option(P(offload__mode="cpu", offload__gpu_slots=6, offload__prefetch=5), preset("h200"))
     assert (fits["offload.prefetch"].status, fits["offload.prefetch"].effective) == (Status.OK, 5)
+    # the defaults fit each other: offload.mode = cpu alone is no fallback
+    assert by_option(P(offload__mode="cpu"), preset("h200"))["offload.prefetch"].status is Status.OK
 
 
 def test_no_cuda_gpu_leaves_parallel_devices_unused():

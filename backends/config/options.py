@@ -166,7 +166,7 @@ class Compile:
 class Offload:
     mode: OffloadMode = OffloadMode.NONE
     gpu_slots: int = 2
-    prefetch: int = 2
+    prefetch: int = 1  # gpu_slots - 1: one slot holds the block being computed
 
 
 @dataclass(frozen=True)

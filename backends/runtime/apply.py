@@ -353,8 +353,7 @@ def _prepare_offload(step: Step, model, plan, device, include) -> Apply:
                    f"{'pinned CPU memory' if a['mode'] == 'cpu' else 'a memory-mapped file'}, streamed to {device}",
                    [f"{blocks_name}.{i}" for i in range(len(blocks))] if blocks_name else [])
         report.add("offload.gpu_slots", "set", f"{streamer.gpu_slots} slots of {streamer.slot_bytes / 2**20:.0f} MiB")
-        report.add("offload.prefetch", "set", f"{streamer.prefetch} block(s) ahead"
-                   + (f" (asked {a['prefetch']}; at most gpu_slots - 1)" if streamer.prefetch != a["prefetch"] else ""))
+        report.add("offload.prefetch", "set", f"{streamer.prefetch} block(s) ahead")  # the plan's, within the slots
     return apply
 
 
