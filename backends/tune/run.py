@@ -21,9 +21,10 @@ first, then those of the options whose prior measured quickest: a short budget s
 every option, and the quick alternatives before the slow ones. A value stopped for
 being over SLOWER x its option's fastest is known to be slower and cached as such; one the
 budget cut short is not started again with no more time than it already had (a slow kernel,
-e.g. NATTEN's flex-fna on a CPU, costs its share once, not on every run). A value timed while
-nothing of its option is yet (the first of each) takes at most FIRST_SHARE of the budget left
-while others still wait: one slow value never leaves the rest of the tune unmeasured. One tune times at a
+e.g. NATTEN's flex-fna on a CPU, costs its share once, not on every run; the next tune gives it
+what is left). A value timed while nothing of its option is measured yet takes at most
+FIRST_SHARE of the budget left while others still wait (but at least SLOWER_MIN, COMPILE_MIN for a
+compiled first call): one slow value never leaves the rest of the tune unmeasured. One tune times at a
 time per cache directory (`tuned.tune_lock`): two at once would slow each other's timings.
 """
 
@@ -222,13 +223,13 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             best = fastest.get(spec.option)
             left = budget - (time.monotonic() - t0)
             least = COMPILE_MIN if first_call_compiles(spec) else SLOWER_MIN
+            ran = unfinished.get((spec.option, spec.value))
             if best:
                 limit = min(left, max(least, SLOWER * best[1]))
-            elif to_run > 1 and (spec.option, spec.value) not in cached:  # others wait: they keep a share
+            elif to_run > 1 and ran is None:  # others wait: they keep a share
                 limit = min(left, max(least, FIRST_SHARE * left))
-            else:
+            else:  # the last to run, or cut short before: what is left (started only if more than it had)
                 limit = left
-            ran = unfinished.get((spec.option, spec.value))
             if hit is not None:
                 result = hit
             elif cancel is not None and cancel.is_set():
