@@ -91,9 +91,14 @@ class _Parser(argparse.ArgumentParser):
     command line asked for JSON (`json_errors`): a script reading stdout gets its answer."""
 
     json_errors = False
+    tune = False  # --tune --json answers in the tune's own JSON (`ltx_tui.tune.usage_json`)
 
     def error(self, message: str):
-        if self.json_errors:
+        if self.json_errors and self.tune:
+            from ltx_tui.tune import usage_json
+
+            print(usage_json(message), flush=True)
+        elif self.json_errors:
             from ltx_tui.check import error_json
 
             print(error_json("usage", message), flush=True)
@@ -179,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return (run_main if argv[0] == "run" else runs_main)(argv[1:])
     parser = build_parser()
-    parser.json_errors = "--json" in argv
+    # argparse takes an unambiguous prefix of an option: --j is --json, --tu is --tune (--t is ambiguous)
+    parser.json_errors = any(len(a) >= 3 and "--json".startswith(a) for a in argv)
+    parser.tune = any(len(a) >= 4 and "--tune".startswith(a) for a in argv)
     args = parser.parse_args(argv)
     if args.output and not (args.ltx_args or args.tune):
         parser.error("--output goes with --check --ltx-args or --tune")

@@ -8,6 +8,7 @@ import torch
 from backends.machine.presets import preset
 from fakes import without
 from ltx_tui.cli import main
+from ltx_tui.tune import TUNE_SCHEMA_VERSION
 from test_profile import BROKEN, BROKEN_CASES, GOOD
 
 
@@ -137,8 +138,8 @@ def test_usage_errors_exit_2(capsys):
     (["--check", "--json", "--resolution", "100x100"], "multiples of 32"),
     (["--check", "--json", "--gpus", "0"], "--gpus"),
     (["--check", "--json", "--bogus"], "unrecognized arguments: --bogus"),
-    (["--json"], "go with --check"),
-    (["--tune", "--json", "--check"], "--tune runs on its own")])
+    (["--check", "--js", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--json"], "go with --check")])
 def test_a_usage_error_under_json_prints_the_json_error(capsys, argv, said):
     """A script that asked for JSON gets the documented error object on stdout (before, argparse's
     usage went to stderr and stdout stayed empty)."""
@@ -148,11 +149,28 @@ def test_a_usage_error_under_json_prints_the_json_error(capsys, argv, said):
     assert info.value.code == 2 and "usage: ltx-tui" in err
     data = json.loads(out)
     assert data["exit_code"] == 2 and data["error"]["kind"] == "usage" and said in data["error"]["message"]
-    rest = [a for a in argv if a != "--json"]
+    rest = [a for a in argv if a not in ("--json", "--js")]
     if rest:  # (without anything, the app would start)
         with pytest.raises(SystemExit):
             main(rest)
         assert capsys.readouterr().out == ""  # without --json: nothing on stdout
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--tune", "--json", "--frames", "10"], "frames 10: must be 8k+1"),
+    (["--tu", "--js", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--tune", "--json", "--check"], "--tune runs on its own")])
+def test_a_tune_usage_error_under_json_prints_the_tunes_json(capsys, argv, said):
+    """--tune --json answers a usage error in the tune's own shape (its schema_version, `error` a
+    string), as its other errors do, not --check's error object (before: --check's shape)."""
+    try:
+        code = main(argv)  # the tune's own checks return the code, argparse's exit
+    except SystemExit as e:
+        code = e.code
+    data = json.loads(capsys.readouterr().out)
+    assert code == 2 and set(data) == {"schema_version", "error", "exit_code"}
+    assert data["exit_code"] == 2 and isinstance(data["error"], str) and said in data["error"]
+    assert data["schema_version"] == TUNE_SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("flag, value, said", [
