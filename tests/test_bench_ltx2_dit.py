@@ -164,6 +164,10 @@ def test_a_captured_forwards_kernels_stay_in_the_categories(bench):
     assert [(u[0], u[1], u[2]) for u in units] == [("nvjet_eager", 3, op),
                                                    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f8", 100, None),
                                                    ("_qk", 20, None)]
+    # the device's span and torch's kernel duration of one kernel differ in their last digits (the
+    # H200 trace of a captured forward lost its graph kernels so: the linked sum came out a hair short)
+    rounded = [op, TraceEvent("nvjet_eager", cuda, 1, 3.9996, linked_correlation_id=7), *events[2:]]
+    assert [u[0] for u in bench._units(rounded, cuda=True)] == [u[0] for u in units]
     # where the linking fails altogether, torch's attribution stands
     unlinked = [op, TraceEvent("nvjet_eager", cuda, 1, 4)]
     assert bench._units(unlinked, cuda=True) == [("nvjet_eager", 3.0, op)]
