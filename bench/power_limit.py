@@ -94,7 +94,7 @@ def main() -> int:
     q, k, v = (torch.randn(1, TOKENS, HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16) for _ in range(3))
     kt, vt = (torch.randn(1, TEXT, HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16) for _ in range(2))
     qk = torch.tensor([8 / 448, 8 / 448], device=dev)  # static q/k scales, as QKBound gives them
-    q8, k8, kt8, vt8 = (to_e4m3(t, qk[0]) for t in (q, k, kt, vt))
+    q8, k8, kt8 = (to_e4m3(t, qk[0]) for t in (q, k, kt))
     x8, h8 = (torch.randn(TOKENS, n, device=dev).to(torch.float8_e4m3fn) for n in (DIM, FF))
     w1, w2 = (torch.randn(o, i, device=dev).to(torch.float8_e4m3fn) for o, i in ((FF, DIM), (DIM, FF)))
     rows, s1, s2 = torch.ones(TOKENS, 1, device=dev), torch.ones(1, FF, device=dev), torch.ones(1, DIM, device=dev)
@@ -121,20 +121,23 @@ def main() -> int:
     else:
         descale = torch.full((1, HEADS), 8 / 448, device=dev)
 
-        def fa3_attention():
-            # what the block would run: v quantized as for cuDNN, and FA3's bf16 O to the fp8 rows to_out takes
-            _, _, v8q, scalars, _ = fp8_qkv.quantize_qkv(q8, k8, v, C.P_SCALE, C.O_HEADROOM, 0, qk)
+        def fa3_call(keys, values):
+            # what the block would run: v quantized as cuDNN's call does it, and FA3's bf16 O to the fp8
+            # rows to_out takes (cuDNN writes those itself)
+            _, _, v8q, scalars, _ = fp8_qkv.quantize_qkv(q8, keys, values, C.P_SCALE, C.O_HEADROOM, 0, qk)
             dv = fp8_qkv.scalar(scalars, fp8_qkv.V).reshape(1, 1).expand(1, HEADS)
-            out = fa3.flash_attn_func(q8, k8, v8q, q_descale=descale, k_descale=descale, v_descale=dv)
+            out = fa3.flash_attn_func(q8, keys, v8q, q_descale=descale, k_descale=descale, v_descale=dv)
             quantize_rows((out[0] if isinstance(out, tuple) else out).view(TOKENS, DIM), torch.float8_e4m3fn)
+
+        def fa3_attention():
+            fa3_call(k8, v)
 
         def fa3_both():
             fa3_attention()
             ff()
 
         def fa3_text():
-            out = fa3.flash_attn_func(q8, kt8, vt8, q_descale=descale, k_descale=descale, v_descale=descale)
-            quantize_rows((out[0] if isinstance(out, tuple) else out).view(TOKENS, DIM), torch.float8_e4m3fn)
+            fa3_call(kt8, vt)
 
         phases += [("FA3 fp8 attention alone", fa3_attention), ("FA3 fp8 attention + FF pair", fa3_both),
                    ("FA3 fp8 text cross-attention", fa3_text)]
