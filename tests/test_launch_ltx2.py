@@ -340,11 +340,49 @@ def test_a_missing_dependency_of_ltx2_is_said_as_that(ltx2_pipelines, monkeypatc
             raise ModuleNotFoundError("No module named 'torchaudio'", name="torchaudio")
         return real(module, qualname)
 
+    real_spec = gate.importlib.util.find_spec  # tests/stand_ins/torchaudio is found: hide it too
+    monkeypatch.setattr(gate.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torchaudio" else real_spec(name, *a))
     monkeypatch.setattr(gate, "_resolve", resolve)
     assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled"]) == 2
     err = capsys.readouterr().err
     assert "they import torchaudio, which this Python does not have: `pip install torchaudio`" in err
     assert "is missing" not in err and "as released" not in err and "is not v1.2.0" not in err
+
+
+@pytest.mark.parametrize("name, said, not_said", [
+    # an import name is not a pip name (PIL is Pillow's): no pip line for it (before: `pip install cv2`)
+    ("cv2", "install the package that provides cv2 in this Python", "pip install cv2"),
+    # a package that is there but lacks a submodule is not missing (before: "they import torch")
+    ("torch._no_such_submodule", "ltx_pipelines.", "they import torch,")])
+def test_a_missing_module_is_said_for_what_it_is(ltx2_pipelines, monkeypatch, capsys, name, said, not_said):
+    real = gate._resolve
+
+    def resolve(module, qualname):
+        if module.startswith("ltx_pipelines."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(module, qualname)
+
+    monkeypatch.setattr(gate, "_resolve", resolve)
+    assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and not_said not in err
+
+
+def test_a_module_whose_parent_lacks_a_dependency_is_not_said_to_be_absent(ltx2_pipelines, monkeypatch):
+    """Looking ltx_pipelines.a.b up imports ltx_pipelines.a: its own missing import (torchaudio) is
+    not 'no such module' (before: it was, with the list of modules)."""
+    from backends.launch import run as launch_run
+
+    real = launch_run.importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name.startswith("ltx_pipelines.a"):
+            raise ModuleNotFoundError("No module named 'torchaudio'", name="torchaudio")
+        return real(name, *args)
+
+    monkeypatch.setattr(launch_run.importlib.util, "find_spec", find_spec)
+    assert launch_run._no_such_module("ltx_pipelines.a.b") is None
 
 
 def test_no_such_pipeline_module_names_the_ones_there(ltx2_pipelines, capsys):

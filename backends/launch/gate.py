@@ -13,6 +13,7 @@ ltx-core and ltx-pipelines are found installed, else under `$LTX2_CORE_SRC` and
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import tomllib
 from dataclasses import dataclass
@@ -139,10 +140,16 @@ def _resolve(module: str, qualname: str):
 
 
 def _dependency(e: ImportError) -> str | None:
-    """The top-level module LTX-2 imported and this Python lacks (not LTX-2's own), else None."""
+    """The top-level module LTX-2 imported and this Python lacks (not LTX-2's own), else None (a
+    package that is there but lacks the submodule asked for is another version, not missing)."""
     name = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
     top = name.split(".")[0] if name else None
-    return top if top and top not in DISTS else None
+    if not top or top in DISTS:
+        return None
+    try:
+        return top if importlib.util.find_spec(top) is None else None
+    except (ImportError, ValueError):
+        return None
 
 
 def _signatures(wrapped) -> tuple[list[str], list[str]]:
@@ -189,12 +196,23 @@ def check(multi_gpu: bool = False) -> Found:
     return Found(versions, tuple(problems + changed), tuple(missing))
 
 
+# modules whose pip distribution has the module's name (an import name is not a distribution's in
+# general: PIL is Pillow's, cv2 opencv-python's)
+PIP_NAMED = ("torchaudio",)
+
+
 def _install_hint(modules: tuple[str, ...]) -> str:
+    known = [m for m in modules if m in PIP_NAMED]
+    rest = [m for m in modules if m not in PIP_NAMED]
     try:
-        torch = f"; torchaudio's build must match torch {version('torch')}" if "torchaudio" in modules else ""
+        torch = f"; torchaudio's build must match torch {version('torch')}" if "torchaudio" in known else ""
     except PackageNotFoundError:
         torch = ""
-    return f"`pip install {' '.join(modules)}` in this Python{torch}"
+    hints = [f"`pip install {' '.join(known)}` in this Python{torch}"] if known else []
+    if rest:
+        hints.append(f"install the package{'s' if len(rest) > 1 else ''} that provide{'' if len(rest) > 1 else 's'} "
+                     f"{', '.join(rest)} in this Python")
+    return "; ".join(hints)
 
 
 def require(multi_gpu: bool = False) -> dict[str, str | None]:

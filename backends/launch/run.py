@@ -288,8 +288,11 @@ def _no_such_module(module: str) -> str | None:
     try:
         if importlib.util.find_spec(module) is not None:
             return None
-    except ModuleNotFoundError:  # a parent package is missing
-        pass
+    except ModuleNotFoundError as e:  # a parent package is missing, or what importing it imports
+        if not e.name or not (module == e.name or module.startswith(e.name + ".")):
+            return None  # another module (a dependency): the gate says which
+    except Exception:  # importing a parent failed otherwise: the import of the module itself says why
+        return None
     mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__) if not m.ispkg and not m.name.startswith("_"))
     return (f"{module}: no such module in ltx-pipelines {gate.package_version(pipelines) or ''} "
             f"({pipelines.__path__[0]}); its modules: {', '.join(mains)}")
