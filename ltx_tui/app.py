@@ -120,8 +120,17 @@ def middle_cut(text: str, width: int) -> str:
         return text
     width = max(width, 9)
     tail = (2 * (width - 1)) // 3
-    head = width - 1 - tail
-    return text[:head] + "…" + text[len(text) - tail:]
+    return _cells(text, width - 1 - tail) + "…" + _cells(text[::-1], tail)[::-1]
+
+
+def _cells(text: str, width: int) -> str:
+    """The longest start of `text` that fits `width` cells (a wide character counts two)."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += cell_len(ch)
+        if used > width:
+            return text[:i]
+    return text
 
 
 class LtxTuiApp(App):

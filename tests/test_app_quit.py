@@ -179,3 +179,18 @@ async def test_a_long_profile_path_keeps_its_name_and_the_unsaved_mark_in_the_he
         await pilot.pause()
         await pilot.pause()
         assert str(title.render()).endswith(f"{path} *")
+
+
+def test_a_wide_character_path_is_cut_to_the_header_cells_not_its_characters():
+    """middle_cut counted characters: a path of CJK names (two cells each) came out twice the width
+    it was given, and the header cut its end (the file name and the unsaved mark) again."""
+    from rich.cells import cell_len
+
+    from ltx_tui.app import middle_cut
+
+    path = "/データ" * 20 + "/プロファイル.toml *"
+    for width in (9, 30, 31, 80):
+        shown = middle_cut(path, width)
+        assert cell_len(shown) <= width and "…" in shown and shown.endswith(" *")
+    assert middle_cut(path, 30).endswith("ファイル.toml *")
+    assert middle_cut("/short/profile.toml", 30) == "/short/profile.toml"
