@@ -195,7 +195,8 @@ def _load(profile_path: str | None, capability: str | None, usage_error, gpus: i
 
 def explain_option(key: str, *, profile_path: str | None, capability: str | None, gpus: int | None = None,
                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """`ltx-tui --explain KEY`: exit 0, or 2 for an unknown key / unreadable input."""
+    """`ltx-tui --explain KEY`: exit 0, 1 where KEY's decision here is an error (it cannot run as
+    asked, as `--check` exits), or 2 for an unknown key / unreadable input."""
     from backends.config.options import OPTIONS_BY_KEY, suggest
     from backends.config.plan import explain
 
@@ -216,8 +217,9 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
     profile, warnings, cap, cap_warnings = loaded
     for w in warnings + cap_warnings:
         print(w, file=stderr)
-    stdout.write(explain(key, plan_here(profile, cap)))
-    return EXIT_OK
+    plan = plan_here(profile, cap)
+    stdout.write(explain(key, plan))
+    return EXIT_ERRORS if plan[key].status is Status.ERROR else EXIT_OK
 
 
 def free_bytes(cap: capmod.Capability, profile: Profile) -> int | None:

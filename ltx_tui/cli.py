@@ -22,7 +22,7 @@ EPILOG = """commands:
 
 exit codes (--check, --explain):
   0  runnable as asked (fallbacks and warnings are reported)
-  1  some option cannot run here; with --strict also any fallback or warning;
+  1  some option cannot run here (--explain KEY: KEY cannot); with --strict also any fallback or warning;
      with --smoke also any smoke check that did not pass; with --resolution/--frames/--batch
      also a run whose predicted memory peak does not fit the GPU's free memory
   2  usage error, a profile / capability file that cannot be read, or an --output FILE that
@@ -60,29 +60,32 @@ def _refuse_output(args: argparse.Namespace) -> bool:
     from backends.machine import textfile
     from backends.machine.text import printable
 
-    out = args.output
+    out, fix = args.output, None
     try:
         if args.profile and textfile.same_file(out, args.profile):
-            problem = (f"{out} is the input profile (--profile {args.profile}); it is never replaced, not even "
-                       "with --force: write the output to another file")
+            problem = f"is the input profile (--profile {args.profile}); it is never replaced, not even with --force"
+            fix = "write the output to another file"
+            message = f"{out} {problem}: {fix}"
         else:
             textfile.check_output(out, overwrite=args.force)
             return False
     except textfile.OutputExists:
-        problem = f"{out} exists; pass --force to replace it"
+        problem, fix = "exists", "pass --force to replace it"
+        message = f"{out} exists; {fix}"
     except textfile.OutputError as e:
-        problem = str(e)
+        problem, message = e.strerror, str(e)
     except OSError as e:
-        problem = f"{out}: cannot write ({e.strerror or e})"
-    print(f"ltx-tui: output error: {printable(problem)}", file=sys.stderr)
+        problem = f"cannot write ({e.strerror or e})"
+        message = f"{out}: {problem}"
+    print(f"ltx-tui: output error: {printable(message)}", file=sys.stderr)
     if args.json and args.tune:  # the JSON a script reads says it too, as for any other usage error
         from ltx_tui.tune import usage_json
 
-        print(usage_json(problem))
+        print(usage_json(message))
     elif args.json:
         from ltx_tui.check import error_json
 
-        print(error_json("output", problem, {"file": out}))
+        print(error_json("output", message, {"file": out, "problem": problem, "fix": fix}))
     return True
 
 
@@ -192,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--output goes with --check --ltx-args or --tune")
     if args.output == "":
         parser.error("--output was given an empty path; name a file (/dev/stdout prints)")
+    for name, wanted in (("explain", "an option key (ltx-tui --help lists the options; e.g. diffvae.mode)"),
+                         ("capability", "a preset id (--list-capabilities) or a capability JSON file, or "
+                                        "leave it out for this machine"),
+                         ("ledger", "a JSONL file, or leave --ledger out for the default")):
+        if getattr(args, name) == "":
+            parser.error(f"--{name} was given an empty value; name {wanted}")
     if args.force and not args.output:
         parser.error("--force goes with --output")
     tune_only = [f"--{n}" for n in ("budget", "options", "runs") if getattr(args, n) is not None] + \

@@ -64,6 +64,9 @@ def _runs_parser() -> argparse.ArgumentParser:
     return p
 
 
+EMPTY_LEDGER = "--ledger was given an empty path; name a JSONL file, or leave --ledger out for the default"
+
+
 def _say(text: str) -> None:
     """`text` on stderr, its lines kept and every other control character escaped (`printable`)."""
     print("\n".join(printable(line) for line in text.split("\n")), file=sys.stderr, flush=True)
@@ -83,6 +86,8 @@ def run_main(argv: list[str]) -> int:
         own, rest = argv, []
     parser = _run_parser()
     args = parser.parse_args(own)
+    if args.ledger == "":
+        parser.error(EMPTY_LEDGER)
     if not rest:
         parser.error("give the pipeline module after `--`, e.g. "
                      "ltx-tui run --profile P.toml -- ltx_pipelines.distilled --distilled-checkpoint-path ...")
@@ -277,6 +282,8 @@ def compare(a, b) -> str:
 def runs_main(argv: list[str]) -> int:
     parser = _runs_parser()
     args = parser.parse_args(argv)
+    if args.ledger == "":
+        parser.error(EMPTY_LEDGER)
     if args.last is not None and args.last < 1:
         parser.error("--last must be >= 1")
     try:

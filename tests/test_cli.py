@@ -325,3 +325,50 @@ def test_json_with_an_output_file_writes_it_and_says_so(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["--check", "--ltx-args", "--output", ""])  # was taken as stdout
     assert e.value.code == 2 and "empty path" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_explain_exits_1_where_the_option_cannot_run_here_as_check_does(capsys):
+    """--explain printed '(error)' and exited 0, though --help's table gives it --check's codes."""
+    code, out, _ = run(capsys, "--explain", "parallel.gpus")
+    assert code == 1 and "(error)" in out
+    code, out, _ = run(capsys, "--explain", "diffvae.mode")
+    assert code == 0 and "(error)" not in out
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--explain", ""], "--explain"), (["--check", "--explain", ""], "--explain"),
+    (["--check", "--capability", ""], "--capability"), (["--check", "--json", "--capability", ""], "--capability"),
+    (["--ledger", ""], "--ledger"),
+])
+def test_an_empty_explain_capability_or_ledger_is_a_usage_error(capsys, argv, flag):
+    """`--explain ''` opened the app, `--check --explain ''` ran a whole check, `--capability ''`
+    checked this machine: each empty value was taken for a missing one."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    out = capsys.readouterr()
+    assert exit_.value.code == 2 and f"{flag} was given an empty value" in out.err
+    if "--json" in argv:
+        assert f"{flag} was given an empty value" in json.loads(out.out)["error"]["message"]
+
+
+@pytest.mark.parametrize("command", ["run", "runs"])
+def test_runs_with_an_empty_ledger_is_a_usage_error_not_the_folder_dot(capsys, command):
+    """`ltx-tui runs --ledger ''` blamed the default ledger for being a directory (the empty path was '.')."""
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--ledger", "", *(["--dry-run", "--", "ltx_pipelines.distilled"] if command == "run" else [])])
+    assert exit_.value.code == 2 and "--ledger was given an empty path" in capsys.readouterr().err
+
+
+def test_an_output_error_in_json_has_its_problem_and_fix(capsys, tmp_path):
+    """The README promises `file` and `problem` in an --output error's JSON; it had `file` only."""
+    target = tmp_path / "run.sh"
+    target.write_text("keep")
+    code, out, _ = run(capsys, "--check", "--ltx-args", "--json", "--output", str(target))
+    error = json.loads(out)["error"]
+    assert code == 2 and error["kind"] == "output" and error["file"] == str(target)
+    assert error["problem"] == "exists" and error["fix"] == "pass --force to replace it"
+    code, out, _ = run(capsys, "--check", "--ltx-args", "--json", "--output", str(tmp_path / "no" / "x.sh"))
+    error = json.loads(out)["error"]
+    assert code == 2 and error["problem"].startswith("its folder") and "does not exist" in error["problem"]
+    assert target.read_text() == "keep"
