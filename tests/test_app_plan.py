@@ -331,3 +331,24 @@ async def test_enter_applies_the_run_and_gives_the_keys_back():
         assert app.query_one("TabbedContent").active == "tune"
         await set_run(pilot, frames="120")  # refused: the field keeps the focus to fix it
         assert app.focused is app.query_one("#run-frames", Input)
+
+
+async def test_the_plan_table_keeps_an_effective_value_too_long_for_its_line(tmp_path):
+    """`combined_compile → combined_compile` is wider than the option column: the row of two lines cut
+    the effective value off, at 80 and at 200 columns. Now it gets a line of its own."""
+    from textual.widgets import DataTable
+
+    path = tmp_path / "long.toml"
+    path.write_text('[diffvae]\nmode = "combined_compile"\n[compile]\nenabled = true\nmode = "max-autotune-no-cudagraphs"\n')
+    for size in ((80, 24), (200, 50)):
+        app = make_app(profile_path=str(path))
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.press("r")
+            await pilot.pause()
+            table = app.query_one("#resolution-table", DataTable)
+            for option, value in (("diffvae.mode", "combined_compile"), ("compile.mode", "max-autotune-no-cudagraphs")):
+                cell = str(table.get_row(option)[1])
+                assert cell.splitlines()[-1].strip() == value and table.rows[option].height == 3
+            short = str(table.get_row("transformer.quantization")[1])
+            assert len(short.splitlines()) == 2 and table.rows["transformer.quantization"].height == 2

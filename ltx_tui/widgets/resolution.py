@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -160,6 +161,14 @@ class ResolutionView(Vertical):
     def on_mount(self) -> None:
         self._decisions: dict[str, Decision] = {}
 
+    def _option_cell(self, d: Decision) -> str:
+        """The option, then "requested → effective" on its line where it fits the column, else the
+        effective value on a line of its own (the table cuts a row's text at its height)."""
+        change = f" {show_value(d.requested)} → {show_value(d.effective)}"
+        if cell_len(change) <= self.OPTION_WIDTH:
+            return f"{d.option}\n{change}"
+        return f"{d.option}\n {show_value(d.requested)} →\n   {show_value(d.effective)}"
+
     def on_resize(self) -> None:
         """The reason column takes the width left over: rebuild the rows when that changes."""
         if self._decisions and self.query_one(DataTable).columns["why"].width != self._why_width():
@@ -182,9 +191,9 @@ class ResolutionView(Vertical):
         table.columns["why"].width = self._why_width()
         table.columns["why"].auto_width = False
         for d in decisions:
-            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]),
-                          Text(f"{d.option}\n {show_value(d.requested)} → {show_value(d.effective)}"),
-                          Text(reason(d)), key=d.option, height=2)
+            option = self._option_cell(d)
+            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), Text(option), Text(reason(d)),
+                          key=d.option, height=max(2, option.count("\n") + 1))
         if decisions:
             table.move_cursor(row=min(row, len(decisions) - 1))
             self.query_one("#detail", Static).update(detail_text(decisions[table.cursor_row]))
