@@ -105,3 +105,9 @@ def test_every_rule_is_listed_by_some_option():
     """--explain lists each option's rules from its spec: a rule no option lists would never be shown."""
     listed = {r for o in OPTIONS for r in o.rules}
     assert set(RULES) - listed == set()
+
+
+def test_every_options_does_line_is_a_whole_phrase():
+    """`--explain` printed 'does: nothing: the LTX-2 pipeline's' for five options: a sentence cut short."""
+    for spec in OPTIONS:
+        assert spec.runtime and not spec.runtime.rstrip().endswith(("'s", ":", ",")), (spec.key, spec.runtime)

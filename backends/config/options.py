@@ -402,7 +402,7 @@ def _choice(key: str, enum_type: type[_Choice], help: str, **kw: Any) -> OptionS
 _NA = "installs an NAFunction on every module with attention_function and kernel_size"
 _COMPILE = "torch.compile per transformer block"
 _OFFLOAD = "streams each transformer block's weights from host memory"
-_PIPELINE = "nothing: the LTX-2 pipeline's"
+_PIPELINE = "nothing in ltx-tui's runtime; left to the LTX-2 pipeline"
 
 OPTIONS: tuple[OptionSpec, ...] = (
     _choice("diffvae.mode", DiffVAEMode, "How the DiffVAE decoder runs: chunked or combined, eager or compiled.",
