@@ -206,6 +206,28 @@ async def test_w_opens_the_run_inputs_and_escape_leaves_them():
     assert not app.is_running
 
 
+async def test_escape_from_a_refused_run_puts_the_run_in_use_back_in_its_fields():
+    """Escape from an emptied width field left it empty, 'resolution '': expected WIDTHxHEIGHT' on
+    screen, and the field still refused when the Plan tab was shown again."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        field = await open_run(pilot)
+        field.clear()
+        await pilot.pause()
+        assert "expected WIDTHxHEIGHT" in str(app.query_one("#run-status", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert field.value == "768x512" and app.run_shapes.label == "768x512x121"
+        assert "expected" not in str(app.query_one("#run-status", Static).render())
+        assert app.focused is app.query_one("#resolution-table")
+        field = await open_run(pilot)
+        field.clear()
+        await pilot.press(*"1024x576", "enter")  # a valid run is applied as before
+        await pilot.pause()
+        assert app.run_shapes.label == "1024x576x121"
+
+
 async def test_the_apps_plan_checks_the_token_cap_at_its_run():
     """The app decides the run-dependent rules (the sequence-parallel token cap) at its run shape, as
     --check does with --resolution/--frames (it said "not checked: no run given")."""

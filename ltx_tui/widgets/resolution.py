@@ -101,10 +101,21 @@ class RunShapeForm(Vertical):
             self.query_one("#run-status", Static).update(self._applied_note())
             self.post_message(self.Changed(typed))
         if isinstance(event, Input.Submitted):  # applied: the keys are the app's again (a refused run stays)
-            self.action_leave()
+            self._to_table()
 
     def action_leave(self) -> None:
-        """escape: back to the plan's table (a valid run typed is applied as the field is left)."""
+        """escape: back to the plan's table; a valid run typed is applied as the field is left, one that
+        is not goes back to the run in use (the fields and the status line say it again)."""
+        try:
+            self._typed()
+        except ValueError:
+            for name, text in (("resolution", f"{self.shapes.width}x{self.shapes.height}"),
+                               ("frames", str(self.shapes.frames)), ("batch", str(self.shapes.batch))):
+                self.query_one(f"#run-{name}", Input).value = text
+            self.query_one("#run-status", Static).update(self._applied_note())
+        self._to_table()
+
+    def _to_table(self) -> None:
         self.screen.set_focus(self.parent.query_one(DataTable))  # now, not after the keys queued behind escape
 
 
