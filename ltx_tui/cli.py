@@ -50,7 +50,7 @@ def _seconds(text: str) -> float:
 
 
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # not '１２１' or '²' (str.isdigit takes them)
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return int(text)
 

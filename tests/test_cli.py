@@ -372,3 +372,17 @@ def test_an_output_error_in_json_has_its_problem_and_fix(capsys, tmp_path):
     error = json.loads(out)["error"]
     assert code == 2 and error["problem"].startswith("its folder") and "does not exist" in error["problem"]
     assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--check", "--frames", "²"], "'²' is not a whole number >= 1"),
+    (["--check", "--frames", "１２１"], "is not a whole number >= 1"),
+    (["--check", "--resolution", "７６８x５１２"], "expected WIDTHxHEIGHT"),
+])
+def test_numbers_are_ascii_digits(capsys, argv, says):
+    """str.isdigit takes full-width digits (read as 768x512) and '²' (then int() failed: 'invalid
+    _positive_int value')."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and says in err and "_positive_int" not in err

@@ -151,6 +151,6 @@ DEFAULT_RUN = RunShapes(768, 512, 121)
 def parse_resolution(text: str) -> tuple[int, int]:
     """'768x512' -> (768, 512); ValueError saying what is expected."""
     parts = text.lower().replace(" ", "").split("x")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):  # ASCII digits only
         raise ValueError(f"resolution {text!r}: expected WIDTHxHEIGHT, e.g. 768x512")
     return int(parts[0]), int(parts[1])
