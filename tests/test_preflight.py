@@ -178,7 +178,7 @@ def test_gpus_flag_usage(capsys, tmp_path):
     assert "--gpus 4: parallel.devices: lists 2 device(s) but parallel.gpus = 4" in capsys.readouterr().err
     assert main(["--check", "--capability", "h100x8", "--gpus", "65"]) == 2
     assert "out of range" in capsys.readouterr().err
-    assert main(["--explain", "parallel.gpus", "--capability", "h100x8", "--gpus", "16"]) == 0
+    assert main(["--explain", "parallel.gpus", "--capability", "h100x8", "--gpus", "16"]) == 1  # the option cannot run: --check's exit 1
     assert "profile:  16 -> - (error)" in capsys.readouterr().out
 
 
