@@ -247,6 +247,9 @@ def test_preset_gpu_count_is_bounded():
     with pytest.raises(CapabilityError, match="at most 64"):
         preset("h100x100000000")
     assert len(preset("h100x64").gpus) == 64
+    with pytest.raises(CapabilityError, match=r"'h100x0': 0 GPUs; xN takes 1 to 64") as e:
+        preset("h100x0")  # said "unknown capability", as if h100 were not a preset
+    assert "unknown" not in str(e.value)
 
 
 @pytest.mark.parametrize("make, match", [

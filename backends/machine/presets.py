@@ -127,7 +127,10 @@ def preset(preset_id: str) -> Capability:
     base, count = key, 1
     if key not in PRESETS and (m := re.fullmatch(r"(.+)x(\d+)", key)):
         base, count = m.group(1), int(m.group(2))
-    if base not in PRESETS or count < 1:
+    if base in PRESETS and count < 1:
+        raise CapabilityError(f"{preset_id!r}: {count} GPUs; xN takes 1 to {MAX_GPUS} (e.g. {base}x2), "
+                              f"or leave it out for one")
+    if base not in PRESETS:
         raise CapabilityError(
             f"unknown capability {preset_id!r}; expected one of {', '.join(PRESETS)} "
             "(optionally with xN for N GPUs, e.g. h100x8) or the path of a capability JSON file"
