@@ -864,3 +864,18 @@ async def test_u_reuses_the_cache_and_shift_u_measures_afresh(monkeypatch):
         await pilot.press("U")
         await wait_for(pilot, lambda: len(asked) == 2 and app._tune_cancel is None)
     assert asked == [False, True]
+
+
+async def test_help_grows_with_the_terminal():
+    """At 200x50 the help stayed 22 rows tall and still had to be scrolled; at 80x24 it keeps its 22."""
+    for size, rows in (((80, 24), 22), ((200, 50), 46)):
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            dialog = app.screen.query_one(".dialog")
+            table = app.screen.query_one(DataTable)
+            assert dialog.outer_size.height == rows
+            if size[1] == 50:
+                assert table.max_scroll_y == 0  # every key in sight
