@@ -418,6 +418,15 @@ def test_explicit_natten_kernel_that_cannot_run_is_an_error():
     assert "SM 9.0" in d["diffvae.natten_kernel"].message
 
 
+def test_a_natten_kernel_for_another_gpu_is_fixed_by_auto_not_by_installing_natten():
+    """blackwell-fna on an H100 (natten with its CUDA kernels there) was told to install natten."""
+    d = by_option(P(diffvae__natten_kernel="blackwell-fna"), preset("h100"))["diffvae.natten_kernel"]
+    assert d.status is Status.ERROR and "needs SM 10" in d.message
+    assert d.remedy == 'set diffvae.natten_kernel = "auto" (here: hopper-fna, cutlass-fna, flex-fna)'
+    missing = by_option(P(diffvae__natten_kernel="blackwell-fna"), without(preset("h100"), "natten"))
+    assert "install natten" in missing["diffvae.natten_kernel"].remedy  # natten itself is what is missing
+
+
 def test_natten_kernel_facts():
     cpu = natten_kernels(preset("cpu"))
     assert [k for k, v in cpu.items() if v.available] == ["flex-fna"]

@@ -766,9 +766,11 @@ class _Resolver:
             asked = self.p.diffvae.na_backend in (NABackend.AUTO, NABackend.NATTEN)
             check = natten_kernel_check(kernel, self.f) if kernel is not NattenKernel.AUTO else None
             if check is not None and asked and not check.available:
+                runs = [k.value for k in NATTEN_AUTO_ORDER if natten_kernel_check(k, self.f).available]
+                fix = (RULES["natten.usable"].fix(self.f) if not runs else  # natten itself is missing or unbuilt
+                       f"set diffvae.natten_kernel = \"auto\" (here: {', '.join(runs)})")
                 self.put(key, None, Status.ERROR, [Step(kernel.value, check.reason)],
-                         ["natten.usable"], f"{kernel} cannot run here: {check.reason}",
-                         RULES["natten.usable"].fix(self.f))
+                         ["natten.usable"], f"{kernel} cannot run here: {check.reason}", fix)
                 return
             self.unused(key, f"the NA backend is {na}" if na else "the NA backend cannot run (see diffvae.na_backend)")
             return
