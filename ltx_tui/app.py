@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -120,17 +120,7 @@ def middle_cut(text: str, width: int) -> str:
         return text
     width = max(width, 9)
     tail = (2 * (width - 1)) // 3
-    return _cells(text, width - 1 - tail) + "…" + _cells(text[::-1], tail)[::-1]
-
-
-def _cells(text: str, width: int) -> str:
-    """The longest start of `text` that fits `width` cells (a wide character counts two)."""
-    used = 0
-    for i, ch in enumerate(text):
-        used += cell_len(ch)
-        if used > width:
-            return text[:i]
-    return text
+    return chop_cells(text, width - 1 - tail)[0] + "…" + chop_cells(text[::-1], tail)[0][::-1]
 
 
 class LtxTuiApp(App):

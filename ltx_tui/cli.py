@@ -11,6 +11,7 @@ from backends.config.ltx2_shapes import DEFAULT_RUN, MAX_FRAMES, MAX_SIDE
 from backends.smoke import DEFAULT_TIMEOUT as SMOKE_TIMEOUT
 from backends.tune.run import DEFAULT_BUDGET
 from ltx_tui.errlog import log_internal_error
+from ltx_tui.usage import refuse_empty
 
 EXIT_INTERNAL, EXIT_PIPE = 3, 141
 
@@ -195,12 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--output goes with --check --ltx-args or --tune")
     if args.output == "":
         parser.error("--output was given an empty path; name a file (/dev/stdout prints)")
-    for name, wanted in (("explain", "an option key (ltx-tui --help lists the options; e.g. diffvae.mode)"),
-                         ("capability", "a preset id (--list-capabilities) or a capability JSON file, or "
-                                        "leave it out for this machine"),
-                         ("ledger", "a JSONL file, or leave --ledger out for the default")):
-        if getattr(args, name) == "":
-            parser.error(f"--{name} was given an empty value; name {wanted}")
+    refuse_empty(parser, args, ("explain", "capability", "ledger"))
     if args.force and not args.output:
         parser.error("--force goes with --output")
     tune_only = [f"--{n}" for n in ("budget", "options", "runs") if getattr(args, n) is not None] + \

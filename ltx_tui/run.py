@@ -19,6 +19,7 @@ import sys
 from backends.machine import runs as ledger_mod
 from backends.machine.text import printable
 from backends.machine.textfile import FileProblem
+from ltx_tui.usage import refuse_empty
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -64,9 +65,6 @@ def _runs_parser() -> argparse.ArgumentParser:
     return p
 
 
-EMPTY_LEDGER = "--ledger was given an empty path; name a JSONL file, or leave --ledger out for the default"
-
-
 def _say(text: str) -> None:
     """`text` on stderr, its lines kept and every other control character escaped (`printable`)."""
     print("\n".join(printable(line) for line in text.split("\n")), file=sys.stderr, flush=True)
@@ -86,8 +84,7 @@ def run_main(argv: list[str]) -> int:
         own, rest = argv, []
     parser = _run_parser()
     args = parser.parse_args(own)
-    if args.ledger == "":
-        parser.error(EMPTY_LEDGER)
+    refuse_empty(parser, args, ("ledger",))
     if not rest:
         parser.error("give the pipeline module after `--`, e.g. "
                      "ltx-tui run --profile P.toml -- ltx_pipelines.distilled --distilled-checkpoint-path ...")
@@ -282,8 +279,7 @@ def compare(a, b) -> str:
 def runs_main(argv: list[str]) -> int:
     parser = _runs_parser()
     args = parser.parse_args(argv)
-    if args.ledger == "":
-        parser.error(EMPTY_LEDGER)
+    refuse_empty(parser, args, ("ledger",))
     if args.last is not None and args.last < 1:
         parser.error("--last must be >= 1")
     try:

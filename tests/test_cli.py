@@ -357,7 +357,7 @@ def test_runs_with_an_empty_ledger_is_a_usage_error_not_the_folder_dot(capsys, c
     """`ltx-tui runs --ledger ''` blamed the default ledger for being a directory (the empty path was '.')."""
     with pytest.raises(SystemExit) as exit_:
         main([command, "--ledger", "", *(["--dry-run", "--", "ltx_pipelines.distilled"] if command == "run" else [])])
-    assert exit_.value.code == 2 and "--ledger was given an empty path" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "--ledger was given an empty value" in capsys.readouterr().err
 
 
 def test_an_output_error_in_json_has_its_problem_and_fix(capsys, tmp_path):

@@ -59,16 +59,22 @@ class RunShapeForm(Vertical):
         self.shapes = shapes
 
     def compose(self) -> ComposeResult:
+        text = self._texts()
         with Horizontal(id="run-inputs"):
             yield Label("run ")
-            yield OrderedInput(f"{self.shapes.width}x{self.shapes.height}", id="run-resolution", compact=True,
+            yield OrderedInput(text["resolution"], id="run-resolution", compact=True,
                         tooltip=f"width x height, multiples of 32 up to {MAX_SIDE} (as --resolution)")
             yield Label(" frames ")
-            yield OrderedInput(str(self.shapes.frames), id="run-frames", compact=True,
+            yield OrderedInput(text["frames"], id="run-frames", compact=True,
                                tooltip=f"8k+1 up to {MAX_FRAMES} (as --frames)")
             yield Label(" batch ")
-            yield OrderedInput(str(self.shapes.batch), id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
+            yield OrderedInput(text["batch"], id="run-batch", compact=True, tooltip=">= 1 (as --batch)")
         yield Static(self._applied_note(), id="run-status")
+
+    def _texts(self) -> dict[str, str]:
+        """The run in use as its three fields show it."""
+        return {"resolution": f"{self.shapes.width}x{self.shapes.height}", "frames": str(self.shapes.frames),
+                "batch": str(self.shapes.batch)}
 
     def _applied_note(self) -> Text:
         return Text(f"the memory plan and the tune (u) use {self.shapes.label}", style="dim")
@@ -109,8 +115,7 @@ class RunShapeForm(Vertical):
         try:
             self._typed()
         except ValueError:
-            for name, text in (("resolution", f"{self.shapes.width}x{self.shapes.height}"),
-                               ("frames", str(self.shapes.frames)), ("batch", str(self.shapes.batch))):
+            for name, text in self._texts().items():
                 self.query_one(f"#run-{name}", Input).value = text
             self.query_one("#run-status", Static).update(self._applied_note())
         self._to_table()
