@@ -26,7 +26,7 @@ from backends.machine.capability import Capability
 OPTIONS = ("diffvae.na_backend", "transformer.attention", "transformer.quantization", "compile.enabled",
            "compile.mode", "diffvae.mode")
 DEFAULT_OPTIONS = tuple(o for o in OPTIONS if o != "compile.mode")
-ALONE = "the only value of this option that runs here"  # how the reason of a value left untimed alone starts
+ALONE = "the only value of this option"  # how the reason of a value left untimed alone starts
 NOT_VALUES = {"auto", "automatic"}
 # Values that would only burn the budget: a reason instead of a timing.
 _CPU_COMPILE = ("on a CPU Inductor compiles C++ for minutes at LTX-2's full-size modules, over the tune's budget; "
@@ -46,12 +46,28 @@ NOT_BY_DEFAULT_CUDA = {("transformer.attention", "sdpa_math"): "not in the defau
                        ("transformer.attention", "sdpa_cudnn_fp8"): "not in the default set: fp8 attention changes "
                        "the result as a quantization does (rel L2 6e-2 per attention, against 2e-3 for bf16 cuDNN), "
                        "so a profile has to ask for it; --options transformer.attention times it"}
-STAND_INS = {("transformer.quantization", "int8-w8a8"): ("fp8-scaled-mm", "not in the default set where "
-             "fp8-scaled-mm runs: int8-w8a8 stands in for it on GPUs without fp8 (on the H200 it was the slower "
-             "of the two); --options transformer.quantization times it"),
-             ("diffvae.na_backend", "eager_sdpa"): ("triton", "not in the default set where the Triton kernel runs: "
-             "the tiled eager SDPA fallback stands in for it where Triton cannot run (on the H200 it took 80x the "
-             "Triton kernel's time, 11 s of the tune); --options diffvae.na_backend times it")}
+# Values the default set leaves out where a value never slower is timed: (that value, why, the SM
+# generation this was measured on, or None: any GPU).
+LEFT_FOR = {("transformer.quantization", "int8-w8a8"): ("fp8-scaled-mm", "not in the default set where "
+            "fp8-scaled-mm runs: int8-w8a8 stands in for it on GPUs without fp8 (on the H200 it was the slower "
+            "of the two); --options transformer.quantization times it", None),
+            ("diffvae.na_backend", "eager_sdpa"): ("triton", "not in the default set where the Triton kernel runs: "
+            "the tiled eager SDPA fallback stands in for it where Triton cannot run (on the H200 it took 80x the "
+            "Triton kernel's time, 11 s of the tune); --options diffvae.na_backend times it", None),
+            ("transformer.quantization", "fp8-cast"): ("none", "not in the default set where none runs: fp8-cast "
+            "upcasts each fp8 weight to bf16 for the same GEMMs as none, so it is never the faster of the two "
+            "(205 against 158 ms a DiT block pair on the H100 and the H200); it halves the weights' memory, which "
+            "a profile asks for by naming it; --options transformer.quantization times it", None),
+            ("transformer.attention", "sdpa_flash"): ("sdpa_cudnn", "not in the default set on Hopper where cuDNN's "
+            "attention runs: SDPA's flash kernel took 1.9x its time at the DiT's attention (82 against 44 ms, "
+            "H100 and H200); --options transformer.attention times it", 9),
+            ("transformer.attention", "sdpa_efficient"): ("sdpa_cudnn", "not in the default set on Hopper where "
+            "cuDNN's attention runs: SDPA's memory-efficient kernel took 3.9x its time at the DiT's attention "
+            "(170 against 44 ms, H100 and H200); --options transformer.attention times it", 9),
+            ("transformer.attention", "pytorch"): ("sdpa_cudnn", "not in the default set on Hopper where cuDNN's "
+            "attention runs: plain PyTorch attention is SDPA's own choice among the kernels the sdpa_* values "
+            "pin, within 5% of sdpa_cudnn there (43-47 ms each, H100 and H200, trading places between runs); "
+            "--options transformer.attention times it", 9)}
 
 
 @dataclass(frozen=True)
@@ -108,15 +124,19 @@ def candidates(profile: Profile, cap: Capability, options: tuple[str, ...] = DEF
                 skipped.append((option, value, SLOW[option, value, cap.cuda]))
                 continue
             specs.append(Spec(option, value, device))
+        left_out = False
         if options == DEFAULT_OPTIONS:
             timed = {spec.value for spec in specs[first:]}
+            sm = Facts(cap, profile).sm  # the GPU the profile runs on
             for spec in specs[first:]:
-                stands_in_for, why = STAND_INS.get((option, spec.value), (None, ""))
-                if stands_in_for in timed:
+                faster, why, generation = LEFT_FOR.get((option, spec.value), (None, "", None))
+                if faster in timed and (generation is None or (sm or (0, 0))[0] == generation):
                     specs.remove(spec)
                     skipped.append((option, spec.value, why))
+                    left_out = True
         if len(specs) - first == 1 and (option in UNIT or options == DEFAULT_OPTIONS):
             alone = specs.pop()
-            skipped.append((option, alone.value, f"{ALONE}: auto has nothing to choose between, so it keeps "
-                            f"its prior (--options {option} times it)"))
+            where = "the default set times here (the others above are left out of it)" if left_out else "that runs here"
+            skipped.append((option, alone.value, f"{ALONE} {where}: auto has nothing to choose between, so it keeps "
+                            f"its prior (--options {option} times {'them all' if left_out else 'it'})"))
     return specs, skipped

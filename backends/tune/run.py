@@ -236,7 +236,8 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
             elif left < MIN_TIMEOUT:
                 result = Candidate(spec.option, spec.value, "skipped",
-                                   reason=f"budget spent ({budget:g} s); run again with a larger --budget to time it")
+                                   reason=f"{BUDGET_SPENT} ({budget:g} s): the next --tune times it (what this one "
+                                   "measured stays cached); a larger --budget times all in one run")
             elif ran is not None and limit <= ran:
                 to_run -= 1
                 result = Candidate(spec.option, spec.value, "skipped", seconds=ran, reason=(
