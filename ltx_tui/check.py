@@ -20,10 +20,10 @@ from backends.machine.presets import load_capability
 from backends.config.run_length import run_calls
 from backends.config import profile as profmod
 from backends import smoke as smokemod
-from backends.config.options import SCHEMA_VERSION, Profile, show_value
+from backends.config.options import SCHEMA_VERSION, Profile, show_value, toml_value
 from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes
 from backends.config.memory import GIB, MemoryPlan, plan_memory
-from backends.config.plan import plan_here, tuned_note
+from backends.config.plan import Plan, plan_here, tuned_note
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
 
@@ -262,6 +262,22 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
     return out
 
 
+def _why_not(plan: Plan, code: int, strict: bool, memory: MemoryPlan | None) -> list[str]:
+    """Why `--check --ltx-args` exits non-zero (stderr; the command line itself goes to stdout):
+    an option a line with its fix, then what the exit code means."""
+    if code == 0:
+        return []
+    flagged = [d for d in plan if d.status is Status.ERROR or (strict and d.status is not Status.OK)]
+    out = [f"ltx-tui: {d.status}: {d.option} = {toml_value(d.requested)}: {printable(d.message or '; '.join(st.reason for st in d.chain))}"
+           + (f" (fix: {printable(d.remedy)})" if d.remedy else "") for d in flagged]
+    if memory is not None and memory.fits is False:
+        out.append(f"ltx-tui: error: memory: {memory.verdict()}")
+    out.append(f"ltx-tui: exit {code}: the profile cannot run here as asked"
+               + (" (--strict counts fallbacks and warnings)" if strict else "")
+               + "; `ltx-tui --check` without --ltx-args shows every option")
+    return out
+
+
 def run_check(*, profile_path: str | None, capability: str | None, as_json: bool, strict: bool,
               smoke: bool = False, ltx: bool = False, timeout: float = smokemod.DEFAULT_TIMEOUT, output: str | None = None,
               force: bool = False, run: RunShapes | None = None, gpus: int | None = None,
@@ -310,6 +326,8 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
             print(w, file=stderr)
         if not output:
             stdout.write(ltx_args(plan, label))
+        for line in _why_not(plan, code, strict, memory):
+            print(line, file=stderr)
         return code
     if not as_json:
         notes = warnings + cap_warnings

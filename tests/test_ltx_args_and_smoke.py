@@ -238,3 +238,17 @@ def test_smoke_for_another_capability_is_planned_for_this_machine(capsys):
     assert [r["name"] for r in doc["smoke"]] == [s.name for s in plan_checks(here)]
     assert doc["smoke_machine"] == "this machine, not h100"
     assert "na3d triton" not in [r["name"] for r in doc["smoke"]] or probe().cuda
+
+
+def test_cli_ltx_args_that_cannot_run_say_why_on_stderr(capsys, tmp_path):
+    """`--check --ltx-args` of a profile with errors exited 1 with an empty stderr: now each error
+    is a line there, with its fix, and the exit code's meaning."""
+    path = tmp_path / "p.toml"
+    path.write_text('schema_version = 1\n[parallel]\ngpus = 2\n')
+    assert main(["--check", "--profile", str(path), "--capability", "cpu", "--ltx-args"]) == 1
+    out, err = capsys.readouterr()
+    assert "python -m ltx_pipelines.distilled_mgpu" in out  # the command line is still written
+    assert "ltx-tui: error: parallel.gpus = 2:" in err and "fix:" in err
+    assert "exit 1: the profile cannot run here as asked" in err
+    assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args", "--gpus", "1"]) == 0
+    assert capsys.readouterr().err == ""
