@@ -147,6 +147,7 @@ class LtxTuiApp(App):
         Binding("g", "tab('system')", "GPU/backends", show=False),
         Binding("p", "retry_probe", "Probe again", show=False),
         Binding("question_mark", "help", "Help"),
+        Binding("f1", "help", "Help", show=False),
         Binding("q", "quit_app", "Quit"),
         Binding("ctrl+c", "quit_app", "Quit (in a text field: copy)", show=False),
         Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),

@@ -372,6 +372,18 @@ async def test_help_lists_every_binding():
         assert not isinstance(app.screen, HelpScreen)
 
 
+async def test_f1_opens_help_as_terminal_apps_do():
+    """F1 did nothing (only ? opened the help); the help dialog lists it."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one(DataTable)
+        assert "f1" in [str(table.get_row_at(i)[0]).strip() for i in range(table.row_count)]
+
+
 def test_snapshot_80x24(snap_compare):
     assert snap_compare(make_app(), terminal_size=(80, 24))
 
