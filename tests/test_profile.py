@@ -89,10 +89,49 @@ def test_profiles_must_be_small_regular_files(tmp_path, make, match):
         prof.load("/dev/zero")
 
 
+def test_a_dangling_symlink_names_its_missing_target(tmp_path):
+    """It said "file not found" of a path that is there (as a link to nothing)."""
+    (tmp_path / "p.toml").symlink_to(tmp_path / "gone.toml")
+    with pytest.raises(ProfileError, match=r"is a symbolic link to .*gone\.toml, which does not exist"):
+        prof.load(tmp_path / "p.toml")
+
+
+def test_a_directory_given_as_the_profile_names_the_toml_files_in_it(tmp_path):
+    (tmp_path / "b.toml").write_text("")
+    (tmp_path / "a.toml").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ProfileError, match=r"is a directory.*pass one of its \.toml files: a\.toml, b\.toml"):
+        prof.load(tmp_path)
+    with pytest.raises(ProfileError, match=r"is a directory.*it holds no \.toml file"):
+        prof.load(_empty_dir(tmp_path))
+
+
+def _empty_dir(tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    return d
+
+
+def test_an_oversized_profile_says_what_a_profile_is(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_bytes(b"#" * (1024 * 1024 + 1))
+    with pytest.raises(ProfileError, match=r"at most 1,048,576 are read \(a profile is a few hundred bytes"):
+        prof.load(path)
+
+
+def test_an_empty_profile_says_so_instead_of_only_missing_a_schema_version(tmp_path):
+    for text in ("", "\n# only a comment\n"):
+        (tmp_path / "p.toml").write_text(text)
+        profile, warnings = prof.read(tmp_path / "p.toml")
+        assert profile == Profile()
+        assert [str(w).split(": warning: ")[1] for w in warnings] == [
+            "the file holds no settings: every option takes its default (ltx-tui's export writes a whole profile)"]
+
+
 def test_empty_file_is_all_defaults():
     profile, warnings = prof.read(GOOD / "empty.toml")
     assert profile == Profile()
-    assert any("schema_version" in str(w) for w in warnings)
+    assert any("holds no settings" in str(w) for w in warnings)
 
 
 def test_missing_schema_version_reads_as_1_with_warning():

@@ -96,7 +96,10 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
         raise ProfileError(path, problem, line=line, key=keypath, hint=hint)
 
     version = data.get("schema_version")
-    if version is None:
+    if not data:
+        warnings.append(ProfileWarning(str(path), "the file holds no settings: every option takes its default "
+                                                  "(ltx-tui's export writes a whole profile)"))
+    elif version is None:
         warnings.append(ProfileWarning(str(path), "no schema_version; reading it as schema_version = 1"))
     elif isinstance(version, bool) or not isinstance(version, int):
         fail(f"expected an integer, found {type_name(version)}", key="schema_version",
@@ -152,15 +155,29 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     return profile, warnings
 
 
+def _hint(path: Path, kind: str) -> str | None:
+    """The fix for a profile path that cannot be read (FileProblem.kind)."""
+    if kind == "directory":
+        try:
+            names = sorted(f.name for f in path.iterdir() if f.suffix == ".toml" and f.is_file())
+        except OSError:
+            names = []
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return (f"pass one of its .toml files: {shown}" if names else
+                "it holds no .toml file: pass the profile's file, or run `ltx-tui` to create one")
+    return {"missing": "check the path, or run `ltx-tui` to create a profile",
+            "dangling": "point the link at the profile, or pass the profile's own path",
+            "permission": "check the file's permissions",
+            "too-large": "a profile is a few hundred bytes of TOML: check that this is the profile's file"}.get(kind)
+
+
 def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
     """Read a profile file: (profile, warnings). Raises ProfileError for anything unusable."""
     p = Path(path)
     try:
         raw = read_bounded(p, MAX_BYTES)
     except FileProblem as e:
-        hint = "check the path, or run `ltx-tui` to create a profile" if "not found" in str(e) else \
-            ("check the file's permissions" if "permission" in str(e) else None)
-        raise ProfileError(p, str(e), hint=hint) from None
+        raise ProfileError(p, str(e), hint=_hint(p, e.kind)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -25,7 +25,12 @@ from typing import Any
 
 
 class FileProblem(Exception):
-    """The path cannot be read as a small regular file; the message says why."""
+    """The path cannot be read as a small regular file; the message says why, `kind` in a word
+    (missing, dangling, permission, directory, special, too-large, unreadable) for a caller's hint."""
+
+    def __init__(self, message: str, kind: str = "unreadable") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _kind(mode: int) -> str:
@@ -42,24 +47,27 @@ def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise FileProblem("file not found") from None
+        if os.path.islink(path):
+            raise FileProblem(f"is a symbolic link to {os.readlink(path)}, which does not exist", "dangling") from None
+        raise FileProblem("file not found", "missing") from None
     except PermissionError:
-        raise FileProblem("permission denied") from None
+        raise FileProblem("permission denied", "permission") from None
     except OSError as e:
         raise FileProblem(f"cannot read: {e.strerror or e}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise FileProblem(f"is {_kind(st.st_mode)}, not a regular file")
+        raise FileProblem(f"is {_kind(st.st_mode)}, not a regular file",
+                          "directory" if stat.S_ISDIR(st.st_mode) else "special")
     if st.st_size > limit:
-        raise FileProblem(f"is {st.st_size:,} bytes; at most {limit:,} are read")
+        raise FileProblem(f"is {st.st_size:,} bytes; at most {limit:,} are read", "too-large")
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except PermissionError:
-        raise FileProblem("permission denied") from None
+        raise FileProblem("permission denied", "permission") from None
     except OSError as e:
         raise FileProblem(f"cannot read: {e.strerror or e}") from None
     if len(data) > limit:
-        raise FileProblem(f"is larger than {limit:,} bytes (it grew while being read)")
+        raise FileProblem(f"is larger than {limit:,} bytes (it grew while being read)", "too-large")
     return data
 
 
