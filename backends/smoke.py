@@ -97,7 +97,9 @@ def run_check(spec: CheckSpec, timeout: float = DEFAULT_TIMEOUT, cancel: threadi
     outcome = run_worker(worker_command(spec), timeout, cancel)
     if outcome.status != "done":
         return CheckResult(spec.name, outcome.status, outcome.seconds, None,
-                           "cancelled" if outcome.status == "cancelled" else f"no answer within {timeout:g} s")
+                           "cancelled" if outcome.status == "cancelled" else
+                           f"no answer within {timeout:g} s (a first run imports and compiles, slowly on a CPU; "
+                           "--timeout S gives each check longer)")
     row = outcome.last_json()
     if row is not None:
         return CheckResult(spec.name, row["status"], outcome.seconds, row.get("max_error"), row.get("message", ""))

@@ -12,6 +12,7 @@ run and the tune and kills their workers' process groups first, so the app exits
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -42,6 +43,7 @@ from backends.config.memory import plan_memory
 from backends.config.rules import Decision, Status, summarize
 from backends.machine.tuned import Candidate, Tuned, load_tuned
 from backends.machine.worker import kill_all, run_worker
+from backends.smoke import DEFAULT_TIMEOUT as SMOKE_TIMEOUT
 from backends.smoke import CheckResult, CheckSpec, plan_checks, run_all
 from ltx_tui.check import free_bytes
 from ltx_tui.screens.confirm import QuitQuestion
@@ -85,8 +87,8 @@ SmokeRunner = Callable[[list[CheckSpec], threading.Event, Callable[[int], None],
                         Callable[[int, CheckResult], None]], list[CheckResult]]
 
 
-def default_smoke_runner(specs, cancel, on_start, on_result) -> list[CheckResult]:
-    return run_all(specs, cancel=cancel, on_start=on_start, on_result=on_result)
+def default_smoke_runner(specs, cancel, on_start, on_result, timeout: float = SMOKE_TIMEOUT) -> list[CheckResult]:
+    return run_all(specs, timeout, cancel=cancel, on_start=on_start, on_result=on_result)
 
 
 # tuner(profile, capability, shapes, on_event, cancel) -> what it measured (and cached)
@@ -158,7 +160,7 @@ class LtxTuiApp(App):
                  env: Mapping[str, str] | None = None, poll_interval: float = 1.0, probe_live: bool = True,
                  smoke_capability: capmod.Capability | None = None,
                  prober: Callable[[], capmod.Capability] = probe_in_subprocess, tuner: Tuner | None = None,
-                 ledger: Path | None = None, handle_signals: bool = False) -> None:
+                 ledger: Path | None = None, handle_signals: bool = False, smoke_timeout: float = SMOKE_TIMEOUT) -> None:
         super().__init__()
         self.ledger_path = ledger  # the run ledger of the Runs tab (None: the user data directory's)
         self.tuner = tuner or self._tune_here
@@ -172,7 +174,8 @@ class LtxTuiApp(App):
         self.nvml = NvmlSession(nvml_module, processes=True)
         self.nvml_gpus: tuple[capmod.GPU, ...] = ()  # this machine's GPUs as NVML last read them
         self.nvml_module = nvml_module
-        self.smoke_runner = smoke_runner or default_smoke_runner
+        self.smoke_timeout = smoke_timeout  # seconds each smoke check may take (`ltx-tui --timeout S`)
+        self.smoke_runner = smoke_runner or functools.partial(default_smoke_runner, timeout=smoke_timeout)
         self.poll_interval = poll_interval
         self.probe_live = probe_live
         self.smoke_capability = smoke_capability  # what smoke checks are planned for; default: probe here
@@ -620,7 +623,7 @@ class LtxTuiApp(App):
                 f" (checks planned for this machine: the options are validated for "
                 f"{target_title(self.capability)})")
             specs = plan_checks(plan_here(profile, cap))  # as the workers and --check plan it: the tune cache too
-            self.call_from_thread(panel.start, specs, note)
+            self.call_from_thread(panel.start, specs, note, self.smoke_timeout)
             results = self.smoke_runner(specs, cancel, lambda i: self.call_from_thread(panel.running, i),
                                         lambda i, r: self.call_from_thread(panel.result, i, r))
             self.call_from_thread(panel.finish, results, len(specs))
@@ -726,8 +729,9 @@ class LtxTuiApp(App):
             signal.signal(signum, handler)
 
 
-def run(profile_path: str | None, capability: str | None, ledger: Path | None = None) -> int:
+def run(profile_path: str | None, capability: str | None, ledger: Path | None = None,
+        smoke_timeout: float = SMOKE_TIMEOUT) -> int:
     """The app on this terminal; its exit code (128 + the signal's number after a signal)."""
-    app = LtxTuiApp(profile_path, capability, ledger=ledger, handle_signals=True)
+    app = LtxTuiApp(profile_path, capability, ledger=ledger, handle_signals=True, smoke_timeout=smoke_timeout)
     app.run()
     return app.return_code or 0

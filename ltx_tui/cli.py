@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true",
                         help="with --check: also run the smoke checks (each in a subprocess); a failure exits 1")
     parser.add_argument("--timeout", type=_seconds, default=SMOKE_TIMEOUT, metavar="S",
-                        help=f"with --smoke: seconds each check may take (default {SMOKE_TIMEOUT:g})")
+                        help=f"with --smoke, and in the app: seconds each smoke check may take (default {SMOKE_TIMEOUT:g})")
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
     parser.add_argument("--output", metavar="FILE",
@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ltx_tui.app import run  # textual is imported only here
 
-    return run(args.profile, args.capability, ledger=Path(args.ledger) if args.ledger else None)
+    return run(args.profile, args.capability, ledger=Path(args.ledger) if args.ledger else None,
+               smoke_timeout=args.timeout)
 
 
 class Terminated(KeyboardInterrupt):

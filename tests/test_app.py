@@ -821,6 +821,45 @@ async def test_tables_wider_than_80_columns_say_they_scroll_sideways():
         assert "more columns →" in str(smoke.border_subtitle)
 
 
+async def test_a_running_smoke_check_shows_its_seconds_against_the_timeout(monkeypatch):
+    """A check running for two minutes on a CPU showed only "running" and a bar at 0%: its row now
+    counts its seconds against the timeout the app was given (`ltx-tui --timeout S`)."""
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+
+    monkeypatch.setattr(SmokePanel, "TICK_S", 0.05)
+    release, seen = threading.Event(), {}
+
+    def runner(specs, cancel, on_start, on_result):
+        seen["n"] = len(specs)
+        on_start(0)
+        release.wait(10)
+        return []
+
+    app = make_app(smoke_runner=runner, smoke_capability=preset("h100"), smoke_timeout=300)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        table = app.query_one("#smoke-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count and re.fullmatch(
+            r"\d+ s of 300 s", str(table.get_cell("0", "seconds"))))
+        release.set()
+        await wait_for(pilot, lambda: app._smoke_cancel is None)
+        assert "of 300 s" not in str(table.get_cell("0", "seconds"))  # the clock stops with the run
+
+
+def test_the_app_takes_the_smoke_timeout(monkeypatch):
+    """`--timeout S` went with --check --smoke only: the app's smoke runs had a fixed 120 s."""
+    import sys
+
+    import ltx_tui.app
+    from ltx_tui.cli import main
+
+    got = {}
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(ltx_tui.app, "run", lambda *a, **kw: got.update(kw) or 0)
+    assert main(["--timeout", "300"]) == 0 and got["smoke_timeout"] == 300
+
+
 async def test_memory_bars_follow_the_options():
     app = make_app("rtx4090")
     async with app.run_test(size=(100, 40)) as pilot:

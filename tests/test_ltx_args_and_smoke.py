@@ -172,6 +172,7 @@ def test_run_check_passes_fails_times_out_and_cancels():
     assert sent.status == "pass" and "this machine's plan now has {'backend': 'eager_sdpa'}" in sent.message  # runs what it is sent
     slow = run_check(spec, timeout=0.05)
     assert slow.status == "timeout" and "0.05" in slow.message
+    assert "--timeout S gives each check longer" in slow.message  # it said only "no answer within 0.05 s"
     cancel = threading.Event()
     cancel.set()
     rows = run_all([spec] * 3, cancel=cancel)

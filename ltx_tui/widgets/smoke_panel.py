@@ -1,6 +1,9 @@
-"""Smoke-test panel: progress and a row per check; rows stay after a run or a cancel."""
+"""Smoke-test panel: progress and a row per check (the running one counting its seconds against
+the timeout); rows stay after a run or a cancel."""
 
 from __future__ import annotations
+
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,6 +20,12 @@ STYLE = {"pass": "green", "fail": "red", "error": "red", "timeout": "red", "canc
 
 class SmokePanel(Vertical):
     BORDER_TITLE = "Smoke test"
+    TICK_S = 1.0  # how often the running check's seconds are updated
+
+    def on_mount(self) -> None:
+        self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
+        self._running: tuple[int, float] | None = None  # (row, when it started)
+        self.timeout: float | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("press s to run the smoke checks for the current selection", id="smoke-status")
@@ -32,8 +41,10 @@ class SmokePanel(Vertical):
         self.query_one(ProgressBar).update(total=None, progress=0)  # indeterminate until the checks are known
         self.query_one("#smoke-status", Static).update(Text(f"{message} — press c to cancel", style="cyan"))
 
-    def start(self, specs: list[CheckSpec], note: str = "") -> None:
-        """Rows for `specs`; `note` says where the checks run when that is not the profile's machine."""
+    def start(self, specs: list[CheckSpec], note: str = "", timeout: float | None = None) -> None:
+        """Rows for `specs`; `note` says where the checks run when that is not the profile's machine;
+        `timeout`: the seconds each check may take (shown beside the running one's)."""
+        self.timeout = timeout
         table = self.query_one(DataTable)
         table.clear()
         for i, spec in enumerate(specs):
@@ -48,8 +59,25 @@ class SmokePanel(Vertical):
     def running(self, index: int) -> None:
         self.query_one(DataTable).update_cell(str(index), "status", Text("running", style=STYLE["running"]),
                                               update_width=True)
+        self._running = (index, time.monotonic())
+        self._tick()
+        self._clock.resume()
+
+    def _tick(self) -> None:
+        if self._running is None:
+            return
+        index, t0 = self._running
+        of = f" of {self.timeout:g} s" if self.timeout else ""
+        self.query_one(DataTable).update_cell(str(index), "seconds", f"{time.monotonic() - t0:.0f} s{of}",
+                                              update_width=True)
+
+    def _stop_clock(self, index: int | None = None) -> None:
+        if self._running is not None and index in (None, self._running[0]):
+            self._running = None
+            self._clock.pause()
 
     def result(self, index: int, row: CheckResult) -> None:
+        self._stop_clock(index)
         table = self.query_one(DataTable)
         err = "-" if row.max_error is None else f"{row.max_error:.2e}"
         for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")), f"{row.seconds:.2f}",
@@ -59,6 +87,9 @@ class SmokePanel(Vertical):
 
     def finish(self, results: list[CheckResult], total: int) -> None:
         table = self.query_one(DataTable)
+        if self._running is not None and self._running[0] >= len(results):  # it never reported
+            table.update_cell(str(self._running[0]), "seconds", "", update_width=True)
+        self._stop_clock()
         for index in range(len(results), total):  # rows the run never reached
             table.update_cell(str(index), "status", Text("not run", style=STYLE["not run"]), update_width=True)
         bad = any(r.status in ("fail", "error", "timeout") for r in results)
