@@ -596,6 +596,7 @@ class LtxTuiApp(App):
             self.call_from_thread(panel.failed, f"Tune failed: {type(e).__name__}: {e}")
         finally:
             self._tune_cancel = None
+            self.call_from_thread(self._run_ended, "tune")
 
     def _tune_here(self, profile: Profile, cap: capmod.Capability, shapes: RunShapes,
                    on_event: Callable[[int, int, Candidate | None], None], cancel: threading.Event) -> Tuned:
@@ -631,6 +632,7 @@ class LtxTuiApp(App):
             self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error", markup=False)
         finally:
             self._smoke_cancel = None
+            self.call_from_thread(self._run_ended, "smoke run")
 
     def action_export(self) -> None:
         default = self.profile_path or DEFAULT_EXPORT
@@ -707,11 +709,19 @@ class LtxTuiApp(App):
             self._quit_question = None
             if yes:
                 self._quit()
-        what = "; ".join(reasons)
-        ask = "Quit without exporting?" if self.dirty else "Stop it and quit?"
-        self._quit_question = QuitQuestion(f"{what[0].upper()}{what[1:]}. {ask} (the same key again quits)",
-                                           "Quit", "Stay")
+        self._quit_question = QuitQuestion(self._quit_text(reasons), "Quit", "Stay")
         self.push_screen(self._quit_question, answered)
+
+    def _quit_text(self, reasons: list[str], ended: str = "") -> str:
+        """The quit question for `reasons`; `ended`: the run that finished while it was shown."""
+        what = "; ".join(([f"the {ended} has finished"] if ended else []) + reasons)
+        ask = "Quit without exporting?" if self.dirty else "Stop it and quit?" if reasons else "Quit?"
+        return f"{what[0].upper()}{what[1:]}. {ask} (the same key again quits)"
+
+    def _run_ended(self, what: str) -> None:
+        """A smoke run or tune ended (its worker's last step): a quit question on screen says so."""
+        if self._quit_question is not None and self.screen is self._quit_question:
+            self._quit_question.ask(self._quit_text(self._quit_reasons(), what))
 
     async def action_quit(self) -> None:
         """Textual's quit (the command palette's "Quit"): the same as q."""

@@ -194,3 +194,32 @@ def test_a_wide_character_path_is_cut_to_the_header_cells_not_its_characters():
         assert cell_len(shown) <= width and "…" in shown and shown.endswith(" *")
     assert middle_cut(path, 30).endswith("ファイル.toml *")
     assert middle_cut("/short/profile.toml", 30) == "/short/profile.toml"
+
+
+async def test_the_quit_question_follows_a_smoke_run_that_ends_while_it_is_shown():
+    """It kept saying "A smoke run is going" after the run had finished: now it says what is left
+    (nothing: the run finished, quit?), and a question about unsaved changes stays one."""
+    import threading
+
+    from textual.widgets import Label
+
+    release = threading.Event()
+
+    def runner(specs, cancel, on_start, on_result):
+        release.wait(10)
+        return []
+
+    app = make_app(smoke_runner=runner, smoke_capability=preset("h100"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app._smoke_cancel is not None)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        question = lambda: str(app.screen.query_one(".question", Label).render())
+        assert "smoke run is going" in question()
+        release.set()
+        await wait_for(pilot, lambda: "smoke run is going" not in question())
+        assert question().startswith("The smoke run has finished. Quit?")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None)

@@ -33,6 +33,11 @@ class ConfirmScreen(ModalScreen[bool]):
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
 
+    def ask(self, question: str) -> None:
+        """Put another question (what it asks about changed while it was shown)."""
+        self.question = question
+        self.query_one(".question", Label).update(Text(question))
+
 
 class QuitQuestion(ConfirmScreen):
     """The quit question: the key that asked it (q, ctrl+c) answers yes. A modal screen does not see
