@@ -287,7 +287,7 @@ def runs_main(argv: list[str]) -> int:
     except FileProblem as e:
         _say(f"ltx-tui runs: {args.ledger or ledger_mod.default_ledger()}: {e}")
         return EXIT_USAGE
-    if ledger.skipped:
+    if ledger.skipped and ledger.records:
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
     try:
         if args.compare:
@@ -308,8 +308,7 @@ def runs_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
     elif not records:
-        _say(f"ltx-tui runs: no runs in {ledger.path} yet (`ltx-tui run --profile P.toml -- "
-             "ltx_pipelines.distilled ...` records one)")
+        _say("ltx-tui runs: " + ledger.empty_reason("`ltx-tui run --profile P.toml -- ltx_pipelines.distilled ...`"))
     else:
         sys.stdout.write(listing(records))
     return EXIT_OK

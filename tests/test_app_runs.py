@@ -128,7 +128,7 @@ async def test_skipped_lines_are_counted_and_R_reloads(tmp_path):
 
 
 async def test_missing_or_empty_ledger_shows_the_hint(tmp_path):
-    app = make_app(ledger=tmp_path / "none" / "runs.jsonl")
+    app = make_app(ledger=tmp_path / "runs.jsonl")
     async with app.run_test(size=(80, 24)) as pilot:
         await open_runs(pilot)
         assert "no runs yet: `ltx-tui run --profile P.toml -- ltx_pipelines.distilled ...` records one" \
@@ -138,6 +138,20 @@ async def test_missing_or_empty_ledger_shows_the_hint(tmp_path):
         await pilot.press("down", "up", "enter")  # an empty table: nothing to select, nothing breaks
         await pilot.pause()
         assert app.is_running
+
+
+async def test_a_ledger_in_a_missing_folder_says_so_and_a_fresh_default_one_does_not(tmp_path, monkeypatch):
+    """A --ledger path in a folder that does not exist said "no runs yet" as an empty ledger does;
+    the default ledger's folder is made by the first run, so its absence is not news."""
+    app = make_app(ledger=tmp_path / "none" / "runs.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_runs(pilot)
+        assert "does not exist either (check the path" in status(app)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "fresh"))
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_runs(pilot)
+        assert status(app).startswith("no runs yet:")
 
 
 async def test_unreadable_ledger_says_why(tmp_path):

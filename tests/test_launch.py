@@ -205,6 +205,22 @@ def test_runs_refuses_a_ledger_that_is_not_a_file(tmp_path, capsys):
     assert "directory" in capsys.readouterr().err
 
 
+def test_runs_says_what_an_empty_listing_means(tmp_path, capsys):
+    """A binary file gave "23531 line(s) ... skipped" then "no runs yet"; a ledger in a folder that
+    does not exist said "no runs yet" too."""
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\x7fELF\x00\x01\n" * 50)
+    assert main(["runs", "--ledger", str(binary)]) == 2
+    assert "holds binary data (NUL bytes), not a run ledger" in capsys.readouterr().err
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello\nworld\n")
+    assert main(["runs", "--ledger", str(junk)]) == 0
+    err = capsys.readouterr().err
+    assert "none of its 2 line(s) is a run record" in err and "no runs" not in err
+    assert main(["runs", "--ledger", str(tmp_path / "nodir" / "runs.jsonl")]) == 0
+    assert f"its folder {tmp_path / 'nodir'} does not exist either" in capsys.readouterr().err
+
+
 def test_run_needs_a_module(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--profile", "p.toml"])

@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import stat
+import dataclasses
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -217,10 +218,21 @@ class Ledger:
     path: Path
     records: tuple[RunRecord, ...]
     skipped: int = 0
+    missing_folder: Path | None = None  # the file is not there, nor is the folder it would be in
 
     def displayed(self) -> "Ledger":
         """This ledger with its records `displayed` (for the terminal)."""
-        return Ledger(self.path, tuple(displayed(r) for r in self.records), self.skipped)
+        return dataclasses.replace(self, records=tuple(displayed(r) for r in self.records))
+
+    def empty_reason(self, first_run: str) -> str:
+        """Why it lists no run, with what to do; `first_run`: the command that records one."""
+        if self.skipped:
+            return (f"none of its {self.skipped} line(s) is a run record: is {self.path} a run ledger? "
+                    "(`ltx-tui run` writes one JSON object a line)")
+        if self.missing_folder is not None:
+            return (f"no ledger at {self.path}: its folder {self.missing_folder} does not exist either "
+                    "(check the path; the first run recorded there makes both)")
+        return f"no runs in {self.path} yet ({first_run} records one)"
 
     def find(self, key: str) -> RunRecord:
         """A record by position (1 the oldest, -1 the newest) or by id or id prefix; KeyError says
@@ -242,11 +254,11 @@ class Ledger:
 def load(path: Path | None = None) -> Ledger:
     """The ledger at `path` (default: the user data directory); empty when it does not exist.
     FileProblem when the path is not a readable regular file."""
-    path = Path(path) if path is not None else default_ledger()
+    given, path = path is not None, Path(path) if path is not None else default_ledger()
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        return Ledger(path, ())
+    except FileNotFoundError:  # the default's folder is made by the first run: only a given path's is news
+        return Ledger(path, (), missing_folder=path.parent if given and not path.parent.is_dir() else None)
     except OSError as e:
         raise FileProblem(f"cannot read: {e.strerror or e}") from None
     if not (stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT):
@@ -255,6 +267,8 @@ def load(path: Path | None = None) -> Ledger:
         with open(path, "rb") as f:
             f.seek(-LEDGER_LIMIT, os.SEEK_END)
             data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
+    if b"\x00" in data:
+        raise FileProblem("holds binary data (NUL bytes), not a run ledger (one JSON object a line)", "special")
     records, skipped = [], 0
     for raw in data.splitlines():
         if not raw.strip():

@@ -187,7 +187,9 @@ class RunsPanel(Vertical):
         skipped = f"; {ledger.skipped} skipped (not run records)" if ledger.skipped else ""
         where = printable(str(ledger.path))
         if not ledger.records:
-            self._status(Text(f"{HINT} (ledger {where}){skipped}", style="yellow" if skipped else ""))
+            text = f"{HINT} (ledger {where})" if not (ledger.skipped or ledger.missing_folder) else \
+                printable(ledger.empty_reason(""))
+            self._status(Text(text, style="yellow" if ledger.skipped or ledger.missing_folder else ""))
             self._show_run(None)
             return
         self._status(Text(f"{len(ledger.records)} run(s) in {where}{skipped}; R reloads",
