@@ -95,7 +95,7 @@ VALUES: dict[str, dict[str, Value]] = {
     },
     "diffvae.na_backend": {
         "auto": Value("the fastest NA backend that runs here", step=_NA, bound=KERNEL),
-        "natten": Value("NATTEN's fused NA (its kernel for this GPU)", needs=("natten.usable",), step=_NA, bound=KERNEL,
+        "natten": Value("NATTEN's fused NA (the kernel diffvae.natten_kernel picks for the GPU)", needs=("natten.usable",), step=_NA, bound=KERNEL,
                         tuned=True),
         "triton": Value("ltx-tui's fused Triton NA kernel", needs=("triton.na",), step=_NA, bound=KERNEL, tuned=True),
         "eager_sdpa": Value("tiled eager SDPA, runs on any device", step=_NA, bound=KERNEL, tuned=True),
