@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from rich.console import Console
-from textual.widgets import DataTable, Input, OptionList, Static, TextArea
+from textual.widgets import DataTable, Input, Label, OptionList, Static, TextArea
 
 from backends import load_profile
 from backends.machine.presets import preset
@@ -150,6 +150,21 @@ async def test_export_writes_a_profile_that_loads_back(tmp_path):
         await pilot.press("escape")
         await pilot.pause()
         assert app.dirty is False and app.profile_path == str(path)
+
+
+async def test_the_export_dialog_says_where_a_relative_path_goes(tmp_path, monkeypatch):
+    """The default `ltx-profile.toml` did not say which folder it would be written in."""
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        label = lambda: str(app.screen.query_one("#path-label", Label).render())
+        assert label() == f"Export profile to (a relative path is in {tmp_path}):"
+        app.screen.query_one("#path", Input).value = str(tmp_path / "x.toml")
+        await pilot.pause()
+        assert label() == "Export profile to:"
 
 
 async def test_after_an_export_the_dialog_is_done_and_enter_closes_it(tmp_path):

@@ -59,7 +59,7 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog export"):
-            yield Label("Export profile to:", id="path-label")
+            yield Label(Text(self._where(self.default_path)), id="path-label")
             yield OrderedInput(value=self.default_path, id="path")
             yield Static("", id="export-error")
             with Horizontal(classes="buttons"):
@@ -71,6 +71,13 @@ class ExportScreen(ModalScreen[Path | None]):
                                id="run-command")
                 yield Button("Copy (ctrl+r)", id="copy-run")
             yield TextArea(self._command(self.default_path), read_only=True, soft_wrap=False, id="ltx-args")
+
+    @staticmethod
+    def _where(path: str) -> str:
+        """The path's label: where a relative path goes (the folder the app was started in)."""
+        if Path(path).expanduser().is_absolute():
+            return "Export profile to:"
+        return f"Export profile to (a relative path is in {printable(str(Path.cwd()))}):"
 
     def _command(self, label: str) -> str:
         return ltx_args(self.plan, label) if self.plan is not None else WAITING
@@ -88,6 +95,7 @@ class ExportScreen(ModalScreen[Path | None]):
         """The lines below follow the path as it is typed (they named the default path until a save)."""
         if self.written is None:
             path = event.value.strip() or self.default_path
+            self.query_one("#path-label", Label).update(Text(self._where(path)))
             self.query_one("#run-command", TextArea).load_text(run_command(path).rstrip("\n"))
             self.query_one("#ltx-args", TextArea).load_text(self._command(path))
 
