@@ -629,6 +629,7 @@ class LtxTuiApp(App):
                                         lambda i, r: self.call_from_thread(panel.result, i, r))
             self.call_from_thread(panel.finish, results, len(specs))
         except Exception as e:
+            self.call_from_thread(panel.failed, f"Smoke run failed: {e}")
             self.call_from_thread(self.notify, f"Smoke run failed: {e}", severity="error", markup=False)
         finally:
             self._smoke_cancel = None

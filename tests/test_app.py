@@ -3,6 +3,7 @@
 import io
 import re
 import threading
+import time
 
 import pytest
 from rich.console import Console
@@ -860,6 +861,34 @@ async def test_a_running_smoke_check_shows_its_seconds_against_the_timeout(monke
         release.set()
         await wait_for(pilot, lambda: app._smoke_cancel is None)
         assert "of 300 s" not in str(table.get_cell("0", "seconds"))  # the clock stops with the run
+
+
+async def test_a_smoke_runner_that_raises_stops_the_running_checks_clock(monkeypatch):
+    """Review: after a runner raised, the row kept counting for good, and the next s (which clears the
+    table) crashed the app at the clock's next tick (no such row)."""
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+
+    monkeypatch.setattr(SmokePanel, "TICK_S", 0.02)
+
+    calls = []
+
+    def runner(specs, cancel, on_start, on_result):
+        on_start(0)
+        time.sleep(0.1)
+        calls.append(1)
+        raise RuntimeError("the runner broke")
+
+    app = make_app(smoke_runner=runner, smoke_capability=preset("h100"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        table = app.query_one("#smoke-table", DataTable)
+        for attempt in range(2):
+            await pilot.press("s")
+            await wait_for(pilot, lambda: len(calls) == attempt + 1 and app._smoke_cancel is None)
+            await pilot.pause(0.1)  # ticks that would find a cleared table
+            assert "of 120 s" not in str(table.get_cell("0", "seconds"))
+            assert "the runner broke" in str(app.query_one("#smoke-status", Static).render())
+        assert app.is_running and app.query_one(SmokePanel).is_running is True  # (it shadowed Textual's _running)
 
 
 def test_the_app_takes_the_smoke_timeout(monkeypatch):

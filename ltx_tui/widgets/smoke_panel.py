@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from backends.smoke import CheckResult, CheckSpec, summary
 from ltx_tui.widgets.wide_table import WideTable
@@ -24,7 +25,7 @@ class SmokePanel(Vertical):
 
     def on_mount(self) -> None:
         self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
-        self._running: tuple[int, float] | None = None  # (row, when it started)
+        self._clocked: tuple[int, float] | None = None  # the running check: (row, when it started)
         self.timeout: float | None = None
 
     def compose(self) -> ComposeResult:
@@ -37,6 +38,7 @@ class SmokePanel(Vertical):
 
     def preparing(self, message: str) -> None:
         """Said at once when s is pressed, while the checks are being planned (a probe takes seconds)."""
+        self._stop_clock()
         self.query_one(DataTable).clear()
         self.query_one(ProgressBar).update(total=None, progress=0)  # indeterminate until the checks are known
         self.query_one("#smoke-status", Static).update(Text(f"{message} — press c to cancel", style="cyan"))
@@ -45,6 +47,7 @@ class SmokePanel(Vertical):
         """Rows for `specs`; `note` says where the checks run when that is not the profile's machine;
         `timeout`: the seconds each check may take (shown beside the running one's)."""
         self.timeout = timeout
+        self._stop_clock()
         table = self.query_one(DataTable)
         table.clear()
         for i, spec in enumerate(specs):
@@ -59,22 +62,36 @@ class SmokePanel(Vertical):
     def running(self, index: int) -> None:
         self.query_one(DataTable).update_cell(str(index), "status", Text("running", style=STYLE["running"]),
                                               update_width=True)
-        self._running = (index, time.monotonic())
+        self._clocked = (index, time.monotonic())
         self._tick()
         self._clock.resume()
 
     def _tick(self) -> None:
-        if self._running is None:
+        if self._clocked is None:
             return
-        index, t0 = self._running
+        index, t0 = self._clocked
         of = f" of {self.timeout:g} s" if self.timeout else ""
-        self.query_one(DataTable).update_cell(str(index), "seconds", f"{time.monotonic() - t0:.0f} s{of}",
-                                              update_width=True)
+        try:
+            self.query_one(DataTable).update_cell(str(index), "seconds", f"{time.monotonic() - t0:.0f} s{of}",
+                                                  update_width=True)
+        except CellDoesNotExist:  # the table was cleared under it
+            self._stop_clock()
 
-    def _stop_clock(self, index: int | None = None) -> None:
-        if self._running is not None and index in (None, self._running[0]):
-            self._running = None
+    def _stop_clock(self, index: int | None = None, blank: bool = False) -> None:
+        """Stop counting (the row `index`'s, or whichever); `blank`: clear the seconds it showed."""
+        if self._clocked is not None and index in (None, self._clocked[0]):
+            row, self._clocked = self._clocked[0], None
             self._clock.pause()
+            if blank:
+                try:
+                    self.query_one(DataTable).update_cell(str(row), "seconds", "", update_width=True)
+                except CellDoesNotExist:
+                    pass
+
+    def failed(self, message: str) -> None:
+        """The run broke off (its runner raised): the clock stops, the status line says why."""
+        self._stop_clock(blank=True)
+        self.query_one("#smoke-status", Static).update(Text(message, style="red"))
 
     def result(self, index: int, row: CheckResult) -> None:
         self._stop_clock(index)
@@ -87,9 +104,7 @@ class SmokePanel(Vertical):
 
     def finish(self, results: list[CheckResult], total: int) -> None:
         table = self.query_one(DataTable)
-        if self._running is not None and self._running[0] >= len(results):  # it never reported
-            table.update_cell(str(self._running[0]), "seconds", "", update_width=True)
-        self._stop_clock()
+        self._stop_clock(blank=True)  # a check still counting never reported
         for index in range(len(results), total):  # rows the run never reached
             table.update_cell(str(index), "status", Text("not run", style=STYLE["not run"]), update_width=True)
         bad = any(r.status in ("fail", "error", "timeout") for r in results)
