@@ -287,7 +287,8 @@ def runs_main(argv: list[str]) -> int:
     except FileProblem as e:
         _say(f"ltx-tui runs: {args.ledger or ledger_mod.default_ledger()}: {e}")
         return EXIT_USAGE
-    if ledger.skipped and ledger.records:
+    listing_empty = not (args.json or args.compare or args.show or ledger.records)
+    if ledger.skipped and not listing_empty:  # an empty listing says it in its own words
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
     try:
         if args.compare:
@@ -308,7 +309,8 @@ def runs_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
     elif not records:
-        _say("ltx-tui runs: " + ledger.empty_reason("`ltx-tui run --profile P.toml -- ltx_pipelines.distilled ...`"))
+        _say("ltx-tui runs: " + (ledger.empty_reason() or f"no runs in {ledger.path} yet (`ltx-tui run --profile "
+                                 "P.toml -- ltx_pipelines.distilled ...` records one)"))
     else:
         sys.stdout.write(listing(records))
     return EXIT_OK

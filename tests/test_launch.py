@@ -211,7 +211,7 @@ def test_runs_says_what_an_empty_listing_means(tmp_path, capsys):
     binary = tmp_path / "bin.jsonl"
     binary.write_bytes(b"\x7fELF\x00\x01\n" * 50)
     assert main(["runs", "--ledger", str(binary)]) == 2
-    assert "holds binary data (NUL bytes), not a run ledger" in capsys.readouterr().err
+    assert "holds binary data (NUL bytes) and no run record: not a run ledger" in capsys.readouterr().err
     junk = tmp_path / "notes.txt"
     junk.write_text("hello\nworld\n")
     assert main(["runs", "--ledger", str(junk)]) == 0
@@ -219,6 +219,30 @@ def test_runs_says_what_an_empty_listing_means(tmp_path, capsys):
     assert "none of its 2 line(s) is a run record" in err and "no runs" not in err
     assert main(["runs", "--ledger", str(tmp_path / "nodir" / "runs.jsonl")]) == 0
     assert f"its folder {tmp_path / 'nodir'} does not exist either" in capsys.readouterr().err
+
+
+def test_a_ledger_with_a_zero_filled_tail_keeps_its_records(tmp_path, capsys):
+    """Review: a crash can leave NUL bytes after an append; refusing the whole file for them hid every
+    good record. A NUL line is skipped; a file with no record and NUL bytes is refused."""
+    path = tmp_path / "runs.jsonl"
+    runs.append(record("20261130-220000-aaaa"), path)
+    runs.append(record("20261130-230000-bbbb"), path)
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 300)
+    ledger = runs.load(path)
+    assert [r.id[-4:] for r in ledger.records] == ["aaaa", "bbbb"] and ledger.skipped == 1
+    assert main(["runs", "--ledger", str(path)]) == 0
+    assert "1 line(s) of" in capsys.readouterr().err
+
+
+def test_the_skipped_lines_are_said_with_json_show_and_compare_too(tmp_path, capsys):
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello\nworld\n")
+    assert main(["runs", "--ledger", str(junk), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [] and "2 line(s) of" in err
+    assert main(["runs", "--ledger", str(junk), "--show", "1"]) == 2
+    assert "2 line(s) of" in capsys.readouterr().err
 
 
 def test_run_needs_a_module(capsys):

@@ -224,15 +224,15 @@ class Ledger:
         """This ledger with its records `displayed` (for the terminal)."""
         return dataclasses.replace(self, records=tuple(displayed(r) for r in self.records))
 
-    def empty_reason(self, first_run: str) -> str:
-        """Why it lists no run, with what to do; `first_run`: the command that records one."""
+    def empty_reason(self) -> str | None:
+        """Why it lists no run, with what to do; None when it is only empty (no run recorded yet)."""
         if self.skipped:
             return (f"none of its {self.skipped} line(s) is a run record: is {self.path} a run ledger? "
                     "(`ltx-tui run` writes one JSON object a line)")
         if self.missing_folder is not None:
             return (f"no ledger at {self.path}: its folder {self.missing_folder} does not exist either "
                     "(check the path; the first run recorded there makes both)")
-        return f"no runs in {self.path} yet ({first_run} records one)"
+        return None
 
     def find(self, key: str) -> RunRecord:
         """A record by position (1 the oldest, -1 the newest) or by id or id prefix; KeyError says
@@ -267,8 +267,6 @@ def load(path: Path | None = None) -> Ledger:
         with open(path, "rb") as f:
             f.seek(-LEDGER_LIMIT, os.SEEK_END)
             data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
-    if b"\x00" in data:
-        raise FileProblem("holds binary data (NUL bytes), not a run ledger (one JSON object a line)", "special")
     records, skipped = [], 0
     for raw in data.splitlines():
         if not raw.strip():
@@ -277,4 +275,7 @@ def load(path: Path | None = None) -> Ledger:
             records.append(RunRecord.from_dict(json.loads(raw)))
         except (ValueError, RecursionError):  # not JSON, or not a record of this schema
             skipped += 1
+    if not records and b"\x00" in data:  # a crash's zero-filled tail after good records is only skipped
+        raise FileProblem("holds binary data (NUL bytes) and no run record: not a run ledger "
+                          "(one JSON object a line)", "binary")
     return Ledger(path, tuple(records), skipped)

@@ -26,7 +26,7 @@ from typing import Any
 
 class FileProblem(Exception):
     """The path cannot be read as a small regular file; the message says why, `kind` in a word
-    (missing, dangling, permission, directory, special, too-large, unreadable) for a caller's hint."""
+    (missing, dangling, permission, directory, special, binary, too-large, unreadable) for a caller's hint."""
 
     def __init__(self, message: str, kind: str = "unreadable") -> None:
         super().__init__(message)

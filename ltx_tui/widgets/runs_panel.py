@@ -187,9 +187,8 @@ class RunsPanel(Vertical):
         skipped = f"; {ledger.skipped} skipped (not run records)" if ledger.skipped else ""
         where = printable(str(ledger.path))
         if not ledger.records:
-            text = f"{HINT} (ledger {where})" if not (ledger.skipped or ledger.missing_folder) else \
-                printable(ledger.empty_reason(""))
-            self._status(Text(text, style="yellow" if ledger.skipped or ledger.missing_folder else ""))
+            why = ledger.empty_reason()
+            self._status(Text(printable(why) if why else f"{HINT} (ledger {where})", style="yellow" if why else ""))
             self._show_run(None)
             return
         self._status(Text(f"{len(ledger.records)} run(s) in {where}{skipped}; R reloads",
