@@ -715,7 +715,7 @@ class LtxTuiApp(App):
 
     def _quit_text(self, reasons: list[str], ended: str = "") -> str:
         """The quit question for `reasons`; `ended`: the run that finished while it was shown."""
-        what = "; ".join(([f"the {ended} has finished"] if ended else []) + reasons)
+        what = "; ".join(([f"the {ended} has ended"] if ended else []) + reasons)
         ask = "Quit without exporting?" if self.dirty else "Stop it and quit?" if reasons else "Quit?"
         return f"{what[0].upper()}{what[1:]}. {ask} (the same key again quits)"
 

@@ -272,8 +272,9 @@ def _why_not(plan: Plan, code: int, strict: bool, memory: MemoryPlan | None) -> 
            + (f" (fix: {printable(d.remedy)})" if d.remedy else "") for d in flagged]
     if memory is not None and memory.fits is False:
         out.append(f"ltx-tui: error: memory: {memory.verdict()}")
-    out.append(f"ltx-tui: exit {code}: the profile cannot run here as asked"
-               + (" (--strict counts fallbacks and warnings)" if strict else "")
+    cannot = any(d.status is Status.ERROR for d in flagged) or (memory is not None and memory.fits is False)
+    out.append(f"ltx-tui: exit {code}: " + ("the profile cannot run here as asked" if cannot else
+                                            "--strict counts the fallbacks and warnings above")
                + "; `ltx-tui --check` without --ltx-args shows every option")
     return out
 

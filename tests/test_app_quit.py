@@ -220,6 +220,6 @@ async def test_the_quit_question_follows_a_smoke_run_that_ends_while_it_is_shown
         assert "smoke run is going" in question()
         release.set()
         await wait_for(pilot, lambda: "smoke run is going" not in question())
-        assert question().startswith("The smoke run has finished. Quit?")
+        assert question().startswith("The smoke run has ended. Quit?")
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None)

@@ -253,3 +253,7 @@ def test_cli_ltx_args_that_cannot_run_say_why_on_stderr(capsys, tmp_path):
     assert "exit 1: the profile cannot run here as asked" in err
     assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args", "--gpus", "1"]) == 0
     assert capsys.readouterr().err == ""
+    path.write_text("")  # runs as asked; only --strict's count of the profile's warning exits 1
+    assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args", "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot run here" not in err and "exit 1: --strict counts the fallbacks and warnings above" in err

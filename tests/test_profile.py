@@ -96,11 +96,18 @@ def test_a_dangling_symlink_names_its_missing_target(tmp_path):
         prof.load(tmp_path / "p.toml")
 
 
+def test_a_chain_of_links_that_dangles_names_the_missing_end(tmp_path):
+    (tmp_path / "b.toml").symlink_to(tmp_path / "gone.toml")
+    (tmp_path / "a.toml").symlink_to(tmp_path / "b.toml")
+    with pytest.raises(ProfileError, match=r"is a symbolic link to .*gone\.toml, which does not exist"):
+        prof.load(tmp_path / "a.toml")
+
+
 def test_a_directory_given_as_the_profile_names_the_toml_files_in_it(tmp_path):
     (tmp_path / "b.toml").write_text("")
     (tmp_path / "a.toml").write_text("")
     (tmp_path / "notes.txt").write_text("")
-    with pytest.raises(ProfileError, match=r"is a directory.*pass one of its \.toml files: a\.toml, b\.toml"):
+    with pytest.raises(ProfileError, match=r"is a directory.*pass one of its \.toml files: \S*/a\.toml, \S*/b\.toml"):
         prof.load(tmp_path)
     with pytest.raises(ProfileError, match=r"is a directory.*it holds no \.toml file"):
         prof.load(_empty_dir(tmp_path))

@@ -159,7 +159,7 @@ def _hint(path: Path, kind: str) -> str | None:
     """The fix for a profile path that cannot be read (FileProblem.kind)."""
     if kind == "directory":
         try:
-            names = sorted(f.name for f in path.iterdir() if f.suffix == ".toml" and f.is_file())
+            names = sorted(str(f) for f in path.iterdir() if f.suffix == ".toml" and f.is_file())
         except OSError:
             names = []
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -48,7 +48,8 @@ def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise FileProblem(f"is a symbolic link to {os.readlink(path)}, which does not exist", "dangling") from None
+            end = os.path.realpath(path)  # the end of a chain of links, the one that is missing
+            raise FileProblem(f"is a symbolic link to {end}, which does not exist", "dangling") from None
         raise FileProblem("file not found", "missing") from None
     except PermissionError:
         raise FileProblem("permission denied", "permission") from None
