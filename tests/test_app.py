@@ -891,6 +891,22 @@ async def test_a_smoke_runner_that_raises_stops_the_running_checks_clock(monkeyp
         assert app.is_running and app.query_one(SmokePanel).is_running is True  # (it shadowed Textual's _running)
 
 
+async def test_a_smoke_message_of_several_lines_is_shown_whole():
+    """Its first line alone ("the profile cannot run here:") was shown, the reason never."""
+    from backends.smoke import CheckResult, CheckSpec
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("t")
+        smoke = app.query_one(SmokePanel)
+        smoke.start([CheckSpec("na3d triton", "na3d", "cpu", {})])
+        smoke.result(0, CheckResult("na3d triton", "error", 1.0, None, "the profile cannot run here:\n  x = 1: why"))
+        await pilot.pause()
+        assert str(app.query_one("#smoke-table", DataTable).get_cell("0", "message")) == \
+            "the profile cannot run here: x = 1: why"
+
+
 def test_the_app_takes_the_smoke_timeout(monkeypatch):
     """`--timeout S` went with --check --smoke only: the app's smoke runs had a fixed 120 s."""
     import sys

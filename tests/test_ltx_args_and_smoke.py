@@ -157,6 +157,25 @@ def test_errors_are_not_smoke_checked():
     assert not any(s.name.startswith("linear") for s in plan_checks(resolve(p, preset("a100"))))
 
 
+def test_a_check_is_not_refused_for_another_options_error():
+    """A user trial: with transformer.quantization = fp8-scaled-mm on this CPU (an error), every other
+    smoke check errored "ProfileNotRunnable: the profile cannot run here:" after ~11 s, its reason on
+    a second line the table never showed. A check applies its own steps: another option's error is
+    validation's to report."""
+    import torch
+
+    from backends.runtime.apply import apply_profile
+    from backends.smoke import _only
+
+    plan = resolve(P(transformer__quantization="fp8-scaled-mm"), probe())
+    assert [d.option for d in plan.blocking] == ["transformer.quantization"]
+    na = next(s for s in plan_checks(plan) if s.kind == "na_backend")
+    steps = [s for s in plan.steps if s.kind == "na_backend"]
+    sub = _only(plan, tuple(steps))
+    assert sub.blocking == [] and na.name
+    apply_profile(torch.nn.Linear(2, 2), sub, device="cpu")  # raised ProfileNotRunnable
+
+
 def _na_spec(backend="eager_sdpa"):
     plan = resolve(P(diffvae__na_backend=backend), probe())
     return next(s for s in plan_checks(plan) if s.kind == "na_backend")

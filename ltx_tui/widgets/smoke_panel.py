@@ -98,7 +98,7 @@ class SmokePanel(Vertical):
         table = self.query_one(DataTable)
         err = "-" if row.max_error is None else f"{row.max_error:.2e}"
         for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")), f"{row.seconds:.2f}",
-                                            err, Text(row.message))):
+                                            err, Text(" ".join(row.message.split())))):  # one line
             table.update_cell(str(index), col, value, update_width=True)
         self.query_one(ProgressBar).advance(1)
 
