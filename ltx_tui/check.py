@@ -26,6 +26,7 @@ from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import Plan, plan_here, tuned_note
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
+from ltx_tui.usage import error_json
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -144,14 +145,6 @@ def decision_dict(d: Decision) -> dict[str, Any]:
     data = dataclasses.asdict(d)
     data["status"] = d.status.value
     return data
-
-
-def error_json(kind: str, message: str, fields: dict | None = None) -> str:
-    """The JSON of a usage error: `message` as printed, and where known the fields a script reads
-    (`file`, `line`, `key`, `problem`, `fix`)."""
-    error = {"kind": kind, "message": message, **{k: v for k, v in (fields or {}).items() if v is not None}}
-    return json.dumps({"schema_version": SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
-                       "error": error, "exit_code": EXIT_USAGE}, indent=2)
 
 
 def _profile_fields(e: profmod.ProfileError) -> dict:

@@ -84,7 +84,7 @@ def _refuse_output(args: argparse.Namespace) -> bool:
 
         print(usage_json(message))
     elif args.json:
-        from ltx_tui.check import error_json
+        from ltx_tui.usage import error_json
 
         print(error_json("output", message, {"file": out, "problem": problem, "fix": fix}))
     return True
@@ -103,7 +103,7 @@ class _Parser(argparse.ArgumentParser):
 
             print(usage_json(message), flush=True)
         elif self.json_errors:
-            from ltx_tui.check import error_json
+            from ltx_tui.usage import error_json
 
             print(error_json("usage", message), flush=True)
         super().error(message)

@@ -19,7 +19,7 @@ import sys
 from backends.machine import runs as ledger_mod
 from backends.machine.text import printable
 from backends.machine.textfile import FileProblem
-from ltx_tui.usage import refuse_empty
+from ltx_tui.usage import error_json, refuse_empty
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -282,11 +282,19 @@ def runs_main(argv: list[str]) -> int:
     refuse_empty(parser, args, ("ledger",))
     if args.last is not None and args.last < 1:
         parser.error("--last must be >= 1")
+    def refuse(kind: str, message: str, fields: dict) -> int:
+        _say(f"ltx-tui runs: {message}")
+        if args.json:
+            print(error_json(kind, printable(message), fields))
+        return EXIT_USAGE
+
+    path = str(args.ledger or ledger_mod.default_ledger())
     try:
         ledger = ledger_mod.load(args.ledger)
     except FileProblem as e:
-        _say(f"ltx-tui runs: {args.ledger or ledger_mod.default_ledger()}: {e}")
-        return EXIT_USAGE
+        return refuse("ledger", f"{path}: {e}", {"file": path, "problem": str(e)})
+    if ledger.skipped and not ledger.records:  # a file, but not a ledger (/etc/passwd exited 0 as an empty one)
+        return refuse("ledger", str(ledger.empty_reason()), {"file": path, "problem": "no run record"})
     listing_empty = not (args.json or args.compare or args.show or ledger.records)
     if ledger.skipped and not listing_empty:  # an empty listing says it in its own words
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
@@ -303,8 +311,7 @@ def runs_main(argv: list[str]) -> int:
             sys.stdout.write(json.dumps(r.to_dict(), indent=1, default=str) + "\n" if args.json else show(r))
             return EXIT_OK
     except KeyError as e:
-        _say(f"ltx-tui runs: {e.args[0]}")
-        return EXIT_USAGE
+        return refuse("run", e.args[0], {"file": path})
     records = ledger.records[-args.last:] if args.last else ledger.records
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))

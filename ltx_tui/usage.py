@@ -1,8 +1,14 @@
-"""Usage checks the command lines of `ltx-tui`, `ltx-tui run` and `ltx-tui runs` share (headless)."""
+"""Usage checks and the JSON of a usage error, shared by `ltx-tui`, `ltx-tui run` and `ltx-tui runs` (headless)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+
+from backends.config.options import SCHEMA_VERSION
+from backends.version import TOOL_VERSION
+
+EXIT_USAGE = 2  # every ltx-tui command's exit code for a usage error or a file it cannot read
 
 WANTED = {"explain": "an option key (ltx-tui --help lists the options; e.g. diffvae.mode)",
           "capability": "a preset id (--list-capabilities) or a capability JSON file, or leave it out for this machine",
@@ -14,3 +20,11 @@ def refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace, name
     for name in names:
         if getattr(args, name) == "":
             parser.error(f"--{name} was given an empty value; name {WANTED[name]}")
+
+
+def error_json(kind: str, message: str, fields: dict | None = None) -> str:
+    """The JSON of a usage error: `message` as printed, and where known the fields a script reads
+    (`file`, `line`, `key`, `problem`, `fix`)."""
+    error = {"kind": kind, "message": message, **{k: v for k, v in (fields or {}).items() if v is not None}}
+    return json.dumps({"schema_version": SCHEMA_VERSION, "tool_version": TOOL_VERSION,
+                       "error": error, "exit_code": EXIT_USAGE}, indent=2)

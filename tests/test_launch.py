@@ -214,7 +214,7 @@ def test_runs_says_what_an_empty_listing_means(tmp_path, capsys):
     assert "holds binary data (NUL bytes) and no run record: not a run ledger" in capsys.readouterr().err
     junk = tmp_path / "notes.txt"
     junk.write_text("hello\nworld\n")
-    assert main(["runs", "--ledger", str(junk)]) == 0
+    assert main(["runs", "--ledger", str(junk)]) == 2  # /etc/passwd exited 0, as an empty ledger does
     err = capsys.readouterr().err
     assert "none of its 2 line(s) is a run record" in err and "no runs" not in err
     assert main(["runs", "--ledger", str(tmp_path / "nodir" / "runs.jsonl")]) == 0
@@ -236,13 +236,29 @@ def test_a_ledger_with_a_zero_filled_tail_keeps_its_records(tmp_path, capsys):
 
 
 def test_the_skipped_lines_are_said_with_json_show_and_compare_too(tmp_path, capsys):
-    junk = tmp_path / "notes.txt"
-    junk.write_text("hello\nworld\n")
-    assert main(["runs", "--ledger", str(junk), "--json"]) == 0
+    path = tmp_path / "runs.jsonl"
+    runs.append(record("20261130-220000-aaaa"), path)
+    with open(path, "a") as f:
+        f.write("hello\n")
+    assert main(["runs", "--ledger", str(path), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out) == [] and "2 line(s) of" in err
-    assert main(["runs", "--ledger", str(junk), "--show", "1"]) == 2
-    assert "2 line(s) of" in capsys.readouterr().err
+    assert len(json.loads(out)) == 1 and "1 line(s) of" in err
+    assert main(["runs", "--ledger", str(path), "--show", "1"]) == 0
+    assert "1 line(s) of" in capsys.readouterr().err
+
+
+def test_runs_json_errors_are_json_too(tmp_path, capsys):
+    """`runs --json` of a directory printed nothing on stdout, of a file that is no ledger `[]`."""
+    junk = tmp_path / "passwd"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for ledger, kind, words in ((tmp_path, "ledger", "is a directory"), (junk, "ledger", "a run ledger?")):
+        assert main(["runs", "--ledger", str(ledger), "--json"]) == 2
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["exit_code"] == 2 and doc["error"]["kind"] == kind and words in doc["error"]["message"]
+        assert doc["error"]["file"] == str(ledger)
+    runs.append(record("20261130-220000-aaaa"), tmp_path / "r.jsonl")
+    assert main(["runs", "--ledger", str(tmp_path / "r.jsonl"), "--json", "--show", "zzz"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["kind"] == "run"
 
 
 def test_run_needs_a_module(capsys):
