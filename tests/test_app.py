@@ -7,7 +7,7 @@ import time
 
 import pytest
 from rich.console import Console
-from textual.widgets import DataTable, Input, Label, OptionList, Static, TextArea
+from textual.widgets import DataTable, Input, Label, OptionList, ProgressBar, Static, TextArea
 
 from backends import load_profile
 from backends.machine.presets import preset
@@ -905,6 +905,28 @@ async def test_a_smoke_message_of_several_lines_is_shown_whole():
         await pilot.pause()
         assert str(app.query_one("#smoke-table", DataTable).get_cell("0", "message")) == \
             "the profile cannot run here: x = 1: why"
+
+
+async def test_the_tune_candidate_being_measured_counts_its_seconds(monkeypatch):
+    """natten:flex-fna ran 38.6 s with only "[4/4] measuring ... 75%" on screen (the smoke rows count
+    their seconds); and a tune shown whole (from the cache too) left the bar at 0%."""
+    from backends.machine.tuned import RUNNING, Candidate, Tuned
+    from ltx_tui.widgets.tune_panel import TunePanel
+
+    monkeypatch.setattr(TunePanel, "TICK_S", 0.02)
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("n")
+        tune = app.query_one(TunePanel)
+        status = lambda: str(app.query_one("#tune-status", Static).render())
+        tune.start("768x512x121")
+        tune.progress(3, 4, Candidate("diffvae.na_backend", "natten", RUNNING))
+        await wait_for(pilot, lambda: re.search(r"\[4/4\] measuring diffvae.na_backend = natten: \d+ s", status()))
+        tune.show(Tuned("x", "768x512x121", (Candidate("diffvae.na_backend", "triton", "measured", 2.0, 1e-3),)))
+        await pilot.pause(0.1)
+        assert "measuring" not in status()  # the clock stops with the tune
+        bar = app.query_one("#tune-progress", ProgressBar)
+        assert bar.percentage == 1
 
 
 def test_the_app_takes_the_smoke_timeout(monkeypatch):

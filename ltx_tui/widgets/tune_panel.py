@@ -5,6 +5,7 @@ that call's seconds (cold, and from the warm compile cache); rows stay after a r
 from __future__ import annotations
 
 import math
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -39,11 +40,28 @@ def run_ms(ms: float) -> str:
 
 class TunePanel(Vertical):
     BORDER_TITLE = "Tune"
+    TICK_S = 1.0  # how often the measuring candidate's seconds are updated
 
     def __init__(self, label: str, **kw) -> None:
         super().__init__(**kw)
         self.label = label  # the run's shapes, e.g. 768x512x121
         self._done: list[Candidate] = []  # the running tune's candidates so far
+        self._measuring: tuple[str, float] | None = None  # the status line of the one measuring, since when
+
+    def on_mount(self) -> None:
+        self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
+
+    def _tick(self) -> None:
+        if self._measuring is not None:
+            what, t0 = self._measuring
+            self._status(Text(f"{what}: {time.monotonic() - t0:.0f} s — press c to cancel"))
+
+    def _status(self, text: Text) -> None:
+        self.query_one("#tune-status", Static).update(text)
+
+    def _stop_clock(self) -> None:
+        self._measuring = None
+        self._clock.pause()
 
     def compose(self) -> ComposeResult:
         yield Static(self._idle_text(), id="tune-status")
@@ -65,9 +83,11 @@ class TunePanel(Vertical):
             self.query_one("#tune-status", Static).update(Text(self._idle_text()))
 
     def waiting(self, message: str) -> None:
+        self._stop_clock()
         self.query_one("#tune-status", Static).update(Text(f"{message} — press c to cancel", style="yellow"))
 
     def start(self, label: str) -> None:
+        self._stop_clock()
         self._done = []
         self.query_one(DataTable).clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
@@ -81,9 +101,11 @@ class TunePanel(Vertical):
         if c is None:
             return
         if c.status == RUNNING:
-            self.query_one("#tune-status", Static).update(
-                Text(f"[{done + 1}/{total}] measuring {c.option} = {c.value} — press c to cancel"))
+            self._measuring = (f"[{done + 1}/{total}] measuring {c.option} = {c.value}", time.monotonic())
+            self._tick()
+            self._clock.resume()
             return
+        self._stop_clock()
         self._done.append(c)
         slowest = max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None)
         self._add_row(c, slowest, bold=False)
@@ -111,6 +133,8 @@ class TunePanel(Vertical):
 
     def show(self, tuned: Tuned, note: str = "") -> None:
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
+        self._stop_clock()
+        self.query_one(ProgressBar).update(total=1, progress=1)  # done (a cached tune's bar sat at 0%)
         self.query_one(DataTable).clear()
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
@@ -126,4 +150,5 @@ class TunePanel(Vertical):
                                                            style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
-        self.query_one("#tune-status", Static).update(Text(message, style="red"))
+        self._stop_clock()
+        self._status(Text(message, style="red"))
