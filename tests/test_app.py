@@ -973,6 +973,9 @@ async def test_an_export_into_a_missing_folder_is_refused_and_the_lines_follow_t
         assert str(tmp_path / "new" / "x.toml") in app.screen.query_one("#ltx-args", TextArea).text
         said = await submit_export(pilot, tmp_path / "new" / "x.toml")
         assert f"{tmp_path / 'new'} does not exist" in said and "mkdir -p" in said, said
+        app.screen.query_one("#path", Input).value = str(tmp_path / "y.toml")  # another path: the old
+        await pilot.pause()  # refusal went on showing under it (beside the overwrite question)
+        assert str(app.screen.query_one("#export-error", Static).render()) == ""
     assert not (tmp_path / "new").exists()
 
 

@@ -96,6 +96,7 @@ class ExportScreen(ModalScreen[Path | None]):
         if self.written is None:
             path = event.value.strip() or self.default_path
             self.query_one("#path-label", Label).update(Text(self._where(path)))
+            self.query_one("#export-error", Static).update("")  # said of the path before this one
             self.query_one("#run-command", TextArea).load_text(run_command(path).rstrip("\n"))
             self.query_one("#ltx-args", TextArea).load_text(self._command(path))
 
