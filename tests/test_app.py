@@ -929,6 +929,25 @@ async def test_the_tune_candidate_being_measured_counts_its_seconds(monkeypatch)
         assert bar.percentage == 1
 
 
+async def test_a_cancelled_smoke_run_does_not_fill_its_bar_nor_time_what_never_ran():
+    """It showed 100% and 0.00 s on the rows that never ran."""
+    from backends.smoke import CheckResult, CheckSpec
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("t")
+        smoke = app.query_one(SmokePanel)
+        smoke.start([CheckSpec(f"c{i}", "na3d", "cpu", {}) for i in range(4)])
+        smoke.result(0, CheckResult("c0", "cancelled", 1.5, None, "cancelled"))
+        for i in (1, 2, 3):
+            smoke.result(i, CheckResult(f"c{i}", "not run", 0.0, None, "not run: cancelled before it started"))
+        await pilot.pause()
+        table = app.query_one("#smoke-table", DataTable)
+        assert [str(table.get_cell(str(i), "seconds")) for i in range(4)] == ["1.50", "-", "-", "-"]
+        assert app.query_one("#smoke-progress", ProgressBar).percentage == 0.25
+
+
 def test_the_app_takes_the_smoke_timeout(monkeypatch):
     """`--timeout S` went with --check --smoke only: the app's smoke runs had a fixed 120 s."""
     import sys

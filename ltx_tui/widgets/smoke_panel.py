@@ -97,10 +97,13 @@ class SmokePanel(Vertical):
         self._stop_clock(index)
         table = self.query_one(DataTable)
         err = "-" if row.max_error is None else f"{row.max_error:.2e}"
-        for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")), f"{row.seconds:.2f}",
-                                            err, Text(" ".join(row.message.split())))):  # one line
+        ran = row.status != "not run"
+        for col, value in zip(COLUMNS[1:], (Text(row.status, style=STYLE.get(row.status, "")),
+                                            f"{row.seconds:.2f}" if ran else "-", err,
+                                            Text(" ".join(row.message.split())))):  # one line
             table.update_cell(str(index), col, value, update_width=True)
-        self.query_one(ProgressBar).advance(1)
+        if ran:  # the bar counts the checks that ran (a cancelled run's stays short of 100%)
+            self.query_one(ProgressBar).advance(1)
 
     def finish(self, results: list[CheckResult], total: int) -> None:
         table = self.query_one(DataTable)
