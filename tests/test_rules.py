@@ -492,6 +492,9 @@ def test_gpu_less_default_profile_does_not_say_lower_gpus():
     d = by_option(P(), preset("cpu"))["parallel.gpus"]
     assert d.status is Status.ERROR and "lower" not in d.remedy and "NVIDIA GPU" in d.remedy
     assert "lower parallel.gpus" in by_option(P(parallel__gpus=4), preset("h100x2"))["parallel.gpus"].remedy
+    # with no GPU visible it said "lower parallel.gpus to the 0 visible", out of range
+    remedy = by_option(P(parallel__gpus=2), preset("cpu"))["parallel.gpus"].remedy
+    assert "to the 0" not in remedy and remedy.startswith("run on a machine with NVIDIA GPUs")
 
 
 def test_fast_norm_says_which_norms_run_where():

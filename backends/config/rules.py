@@ -585,9 +585,10 @@ _RULES: tuple[Rule, ...] = (
          lambda f: f"parallel.gpus = {f.profile.parallel.gpus} but {len(f.cap.gpus) if f.cuda else 0} "
          f"CUDA GPU(s) are visible" + ("" if f.cuda else f" ({f.no_cuda_reason})")
          + (f"; {SINGLE_NODE}" if f.multi and f.cuda else ""),
-         lambda f: ("run on a machine with an NVIDIA GPU and a CUDA build of torch (check the driver and "
-                    "CUDA_VISIBLE_DEVICES)") if f.profile.parallel.gpus == 1 else
-         f"lower parallel.gpus to the {len(f.cap.gpus) if f.cuda else 0} visible (GPUs of one node), or check "
+         lambda f: (f"run on a machine with {'an NVIDIA GPU' if f.profile.parallel.gpus == 1 else 'NVIDIA GPUs'} "
+                    "and a CUDA build of torch (check the driver and CUDA_VISIBLE_DEVICES)")
+         if f.profile.parallel.gpus == 1 or not (f.cuda and f.cap.gpus) else
+         f"lower parallel.gpus to the {len(f.cap.gpus)} visible (GPUs of one node), or check "
          "CUDA_VISIBLE_DEVICES and the driver"),
     Rule("parallel.devices",
          lambda f: all(d < len(f.cap.gpus) for d in (f.profile.parallel.devices or ())),
