@@ -250,8 +250,9 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
     if plan.free_bytes is not None:
         out.append(f"  {'free':<16} {plan.free_bytes / GIB:6.1f} GiB  {'|' * round(width * plan.free_bytes / top)}")
     out.append(f"  {plan.verdict()}")
+    label = "fix:" if plan.fits is False else "lower:"  # a run that fits has nothing to fix
     for change, peak in plan.fixes:
-        out.append(f"  fix: {change:<56} -> peak {peak / GIB:.1f} GiB")
+        out.append(f"  {label} {change:<56} -> peak {peak / GIB:.1f} GiB")
     return out
 
 

@@ -170,6 +170,7 @@ def test_check_with_a_run_plans_its_memory(capsys):
     assert main(["--check", "--capability", "h200", "--resolution", "768x512", "--frames", "121"]) == 0
     out = capsys.readouterr().out
     assert "Memory at 768x512x121" in out and "fits with" in out and "memory fits with" in out
+    assert "fix:" not in out and "  lower: offload.mode = cpu" in out  # a run that fits has nothing to fix
     assert main(["--check", "--capability", "h200"]) == 0 and "Memory at" not in capsys.readouterr().out
 
 
