@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="with --check: fallbacks and warnings exit 1")
     parser.add_argument("--smoke", action="store_true",
                         help="with --check: also run the smoke checks (each in a subprocess); a failure exits 1")
-    parser.add_argument("--timeout", type=_seconds, default=SMOKE_TIMEOUT, metavar="S",
+    parser.add_argument("--timeout", type=_seconds, metavar="S",
                         help=f"with --smoke, and in the app: seconds each smoke check may take (default {SMOKE_TIMEOUT:g})")
     parser.add_argument("--ltx-args", action="store_true",
                         help="with --check: print the ltx-pipelines command line and environment for the profile")
@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     shape_flags = [f"--{n}" for n in ("resolution", "frames", "batch") if getattr(args, n) is not None]
     if shape_flags and not (args.tune or args.check):
         parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
+    if args.timeout is not None and (args.tune or args.explain or args.list_capabilities or args.check and not args.smoke):
+        parser.error("--timeout goes with --check --smoke, or with the app (the seconds each smoke check may take)")
+    timeout = SMOKE_TIMEOUT if args.timeout is None else args.timeout
     if args.gpus is not None and not (args.check or args.explain) or args.gpus is not None and args.tune:
         parser.error("--gpus goes with --check or --explain (parallel.gpus for the check)")
     if args.profile == "" and not args.check:  # --check says it in its JSON too
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.output and _refuse_output(args):
             return 2
         return run_check(profile_path=args.profile, capability=args.capability, as_json=args.json,
-                         strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=args.timeout,
+                         strict=args.strict, smoke=args.smoke, ltx=args.ltx_args, timeout=timeout,
                          output=args.output, force=args.force, run=_run_shapes(parser, args) if shape_flags else None,
                          gpus=args.gpus)
     if args.json or args.strict or args.smoke or args.ltx_args:
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     from ltx_tui.app import run  # textual is imported only here
 
     return run(args.profile, args.capability, ledger=Path(args.ledger) if args.ledger else None,
-               smoke_timeout=args.timeout)
+               smoke_timeout=timeout)
 
 
 class Terminated(KeyboardInterrupt):

@@ -276,7 +276,10 @@ def test_cli_tune_usage_errors(capsys, argv, message):
 
 @pytest.mark.parametrize("argv, message", [(["--tune", "--check"], "--tune runs on its own"),
                                            (["--check", "--budget", "5"], "--budget goes with --tune"),
-                                           (["--frames", "9", "--fresh"], "--fresh goes with --tune")])
+                                           (["--frames", "9", "--fresh"], "--fresh goes with --tune"),
+                                           # accepted and ignored before
+                                           (["--check", "--timeout", "5"], "--timeout goes with --check --smoke"),
+                                           (["--tune", "--timeout", "5"], "--timeout goes with --check --smoke")])
 def test_cli_tune_flags_go_with_tune(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main(argv)
