@@ -25,7 +25,7 @@ ACTION_WIDTH = 46  # what the 76-column dialog leaves the action column beside t
 
 class HelpScreen(ModalScreen[None]):
     AUTO_FOCUS = "DataTable"
-    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
+    BINDINGS = [Binding("escape,q,question_mark,f1", "app.pop_screen", "Close")]  # the keys that open it close it
 
     def __init__(self, bindings: list[tuple[str, str]]) -> None:
         """`bindings`: (key, what it does) of the app and its dialogs, listed after `GENERAL_KEYS`."""
