@@ -295,6 +295,9 @@ def runs_main(argv: list[str]) -> int:
         return refuse("ledger", f"{path}: {e}", {"file": path, "problem": str(e)})
     if ledger.skipped and not ledger.records:  # a file, but not a ledger (/etc/passwd exited 0 as an empty one)
         return refuse("ledger", str(ledger.empty_reason()), {"file": path, "problem": "no run record"})
+    if ledger.partial:
+        _say(f"ltx-tui runs: {path} is larger than {ledger_mod.LEDGER_LIMIT >> 20} MiB: only its newest "
+             f"{ledger_mod.LEDGER_LIMIT >> 20} MiB were read ({len(ledger.records)} run(s)); older runs are not listed")
     listing_empty = not (args.json or args.compare or args.show or ledger.records)
     if ledger.skipped and not listing_empty:  # an empty listing says it in its own words
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")

@@ -384,7 +384,8 @@ def test_fields_a_newer_writer_adds_are_ignored_at_every_level(tmp_path):
     assert runs.RunRecord.from_dict(data) == record("20261130-220000-aaaa")
 
 
-def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, monkeypatch):
+def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, monkeypatch, capsys):
+    assert runs.LEDGER_LIMIT == 16 << 20  # thousands of runs; 64 MiB took 17 s to read on 2 cores
     path = tmp_path / "runs.jsonl"
     for n in range(3):
         runs.append(record(f"20261130-22000{n}-aaaa"), path)
@@ -392,6 +393,9 @@ def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, mon
     monkeypatch.setattr(runs, "LEDGER_LIMIT", line + line // 2)  # the newest line and half of the one before
     ledger = runs.load(path)
     assert [r.id for r in ledger.records] == ["20261130-220002-aaaa"] and ledger.skipped == 0
+    assert ledger.partial  # and it is said (a 90 MB ledger was read in part without a word)
+    assert main(["runs", "--ledger", str(path)]) == 0
+    assert "only its newest" in capsys.readouterr().err
 
 
 # --- auto of compile and the decoder layout under `ltx-tui run` ------------------------------------

@@ -29,7 +29,7 @@ from backends.machine.text import printable
 from backends.machine.textfile import FileProblem, read_bounded
 
 SCHEMA_VERSION = 1
-LEDGER_LIMIT = 64 << 20  # a ledger larger than this is read from its last LEDGER_LIMIT bytes
+LEDGER_LIMIT = 16 << 20  # a ledger larger than this is read from its last LEDGER_LIMIT bytes (thousands of runs)
 STATUSES = ("ok", "failed", "not applied", "interrupted")
 
 
@@ -219,6 +219,7 @@ class Ledger:
     records: tuple[RunRecord, ...]
     skipped: int = 0
     missing_folder: Path | None = None  # the file is not there, nor is the folder it would be in
+    partial: bool = False  # larger than LEDGER_LIMIT: only its newest part was read
 
     def displayed(self) -> "Ledger":
         """This ledger with its records `displayed` (for the terminal)."""
@@ -267,6 +268,7 @@ def load(path: Path | None = None) -> Ledger:
         with open(path, "rb") as f:
             f.seek(-LEDGER_LIMIT, os.SEEK_END)
             data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
+    partial = stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT
     records, skipped = [], 0
     for raw in data.splitlines():
         if not raw.strip():
@@ -278,4 +280,4 @@ def load(path: Path | None = None) -> Ledger:
     if not records and b"\x00" in data:  # a crash's zero-filled tail after good records is only skipped
         raise FileProblem("holds binary data (NUL bytes) and no run record: not a run ledger "
                           "(one JSON object a line)", "binary")
-    return Ledger(path, tuple(records), skipped)
+    return Ledger(path, tuple(records), skipped, partial=partial)
