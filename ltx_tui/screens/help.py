@@ -14,9 +14,10 @@ from textual.widgets import DataTable, Label
 
 GENERAL_KEYS = [
     ("escape", "close a dialog (this one too), leave a field"),
-    ("enter / space", "change an option, choose, press a button"),
+    ("enter / space", "change an option, choose, press a button; Runs tab: into the run's details"),
     ("tab / shift+tab", "move between controls"),
     ("up/down, pgup/pgdn", "move in a list or table (scroll this help)"),
+    ("left / right", "scroll a wide table sideways (Smoke, Tune, Runs)"),
     ("ctrl+p", "command palette (options, smoke, tune, tabs)"),
 ]
 DIALOG_KEYS = [("y / n", "answer a question")]
