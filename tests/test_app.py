@@ -953,6 +953,23 @@ async def test_a_cancelled_smoke_run_does_not_fill_its_bar_nor_time_what_never_r
         assert app.query_one("#smoke-progress", ProgressBar).percentage == 0.25
 
 
+async def test_the_editors_mark_the_current_value_and_say_their_keys():
+    """The chooser did not mark the value set now, and neither editor said enter applies / escape
+    cancels (the footer shrinks to ^p palette under a dialog)."""
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await edit(pilot, "transformer.quantization")
+        values = app.screen.query_one("#values", OptionList)
+        prompts = {values.get_option_at_index(i).id: str(values.get_option_at_index(i).prompt)
+                   for i in range(values.option_count)}
+        assert prompts["none"].startswith("none (current)") and "(current)" not in prompts["fp8-cast"]
+        assert "enter chooses, escape cancels" in str(app.screen.query_one("#keys", Static).render())
+        await pilot.press("escape")
+        await edit(pilot, "offload.gpu_slots")
+        assert "enter applies, escape cancels" in str(app.screen.query_one("#keys", Static).render())
+
+
 def test_the_app_takes_the_smoke_timeout(monkeypatch):
     """`--timeout S` went with --check --smoke only: the app's smoke runs had a fixed 120 s."""
     import sys

@@ -23,8 +23,10 @@ from ltx_tui.widgets.ordered_input import OrderedInput
 CANCELLED = object()  # what both editors dismiss with when nothing was chosen (None is a value)
 
 
-def value_prompt(value: str, mark: tuple[Status, str] | None) -> Text:
+def value_prompt(value: str, mark: tuple[Status, str] | None, current: bool = False) -> Text:
     text = Text(value, style="bold")
+    if current:
+        text.append(" (current)", style="cyan")
     if mark is not None:
         status, why = mark
         text.append(f"  {MARK[status] or '✓'} {status.value}", style=STATUS_STYLE[status])
@@ -47,8 +49,10 @@ class ChoiceScreen(ModalScreen[Any]):
             yield Static(Text(self.spec.help, style="italic"))
             yield Static(Text("What each value would resolve to here, with the rest of the profile as it is:",
                               style="dim"))
-            values = choice_values(self.spec)
-            yield OptionList(*(Option(value_prompt(v, self.marks.get(v)), id=v) for v in values), id="values")
+            yield Static(Text("up/down moves, enter chooses, escape cancels", style="dim"), id="keys")  # above a
+            values = choice_values(self.spec)  # long list, which may run past the screen's foot
+            yield OptionList(*(Option(value_prompt(v, self.marks.get(v), v == self.current), id=v) for v in values),
+                             id="values")
 
     def on_mount(self) -> None:
         values = self.query_one("#values", OptionList)
@@ -60,7 +64,7 @@ class ChoiceScreen(ModalScreen[Any]):
         self.marks = marks
         values = self.query_one("#values", OptionList)
         for v in choice_values(self.spec):
-            values.replace_option_prompt(v, value_prompt(v, marks.get(v)))
+            values.replace_option_prompt(v, value_prompt(v, marks.get(v), v == self.current))
 
     @on(OptionList.OptionSelected, "#values")
     def _picked(self, event: OptionList.OptionSelected) -> None:
@@ -106,6 +110,7 @@ class ValueScreen(ModalScreen[Any]):
                               + (" (empty for the default)" if self.spec.optional else ""), style="italic"))
             yield OrderedInput(value="" if self.current is None else show_value(self.current), id="value")
             yield Static("", id="value-error")
+            yield Static(Text("enter applies, escape cancels", style="dim"), id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#value", Input).focus()
