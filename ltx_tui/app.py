@@ -246,7 +246,10 @@ class LtxTuiApp(App):
                 self._saved_handlers[signum] = signal.getsignal(signum)
                 loop.add_signal_handler(signum, self._signalled, signum)
         if self.new_file:
-            self.notify(f"{self.profile_path} does not exist yet: editing the default profile; export (e) creates "
+            target = self._link_target()
+            self.notify(f"{self.profile_path} is a symbolic link to {target}, which does not exist yet: editing the "
+                        "default profile; export (e) creates the target" if target else
+                        f"{self.profile_path} does not exist yet: editing the default profile; export (e) creates "
                         "it there", title="New profile", markup=False, timeout=10)
         self._show_target()
         for panel in self.query(BackendsPanel):
@@ -274,7 +277,9 @@ class LtxTuiApp(App):
         the target or the error count."""
         self.title = target_title(self.capability, self.nvml_gpus)
         self._title_path = self.profile_path or ""  # the part `format_title` shortens to fit
-        where = (f"{self.profile_path} (new file)" if self.new_file else self.profile_path) or "default profile"
+        target = self._link_target() if self.new_file else None
+        where = (f"{self.profile_path} (new file" + (f": the link's target {target})" if target else ")")
+                 if self.new_file else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
 
@@ -697,6 +702,11 @@ class LtxTuiApp(App):
         if self.dirty:
             reasons.append("the profile has unsaved changes")
         return reasons
+
+    def _link_target(self) -> str | None:
+        """Where a --profile that is a dangling symbolic link points (the file an export creates)."""
+        path = self.profile_path
+        return os.path.realpath(path) if path and os.path.islink(path) else None
 
     def action_quit_app(self) -> None:
         """q, ctrl+c, ctrl+q, the palette's Quit: asks first when a tune or smoke run is going or there

@@ -183,6 +183,19 @@ async def test_a_profile_that_does_not_exist_yet_is_said_to_be_new(tmp_path):
         assert not app.problems  # not an error: nothing in the banner
 
 
+async def test_a_dangling_link_as_the_profile_names_the_file_the_export_creates(tmp_path):
+    """It said "(new file)" of the link, and the export then created the link's target silently."""
+    link = tmp_path / "p.toml"
+    link.symlink_to(tmp_path / "target.toml")
+    app = make_app(profile_path=str(link))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        assert app.sub_title.endswith(f"{link} (new file: the link's target {tmp_path / 'target.toml'})")
+        said = [n.message for n in app._notifications]
+        assert any(f"a symbolic link to {tmp_path / 'target.toml'}, which does not exist yet" in m
+                   and "export (e) creates the target" in m for m in said), said
+
+
 async def test_at_120_columns_the_side_column_leaves_the_tabs_80():
     app = LtxTuiApp(None, preset("h100"), nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600)
     async with app.run_test(size=(120, 40)) as pilot:
