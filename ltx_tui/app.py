@@ -183,6 +183,7 @@ class LtxTuiApp(App):
         self.problems: list[str] = []
         self.profile = Profile()
         self.new_file = False  # --profile names a file that does not exist yet: the export creates it
+        self.link_target: str | None = None
         if profile_path:
             try:
                 self.profile, warnings = profmod.read(profile_path)
@@ -193,6 +194,8 @@ class LtxTuiApp(App):
                                          "exporting asks before replacing the file.")
                 else:
                     self.new_file = True
+                    # a dangling symbolic link: the export creates its target
+                    self.link_target = os.path.realpath(profile_path) if os.path.islink(profile_path) else None
         self._saved = self.profile  # what the file holds (or the default profile): `dirty` compares with it
         self.capability: capmod.Capability | None = None
         if isinstance(capability, capmod.Capability):
@@ -246,7 +249,7 @@ class LtxTuiApp(App):
                 self._saved_handlers[signum] = signal.getsignal(signum)
                 loop.add_signal_handler(signum, self._signalled, signum)
         if self.new_file:
-            target = self._link_target()
+            target = self.link_target
             self.notify(f"{self.profile_path} is a symbolic link to {target}, which does not exist yet: editing the "
                         "default profile; export (e) creates the target" if target else
                         f"{self.profile_path} does not exist yet: editing the default profile; export (e) creates "
@@ -277,7 +280,7 @@ class LtxTuiApp(App):
         the target or the error count."""
         self.title = target_title(self.capability, self.nvml_gpus)
         self._title_path = self.profile_path or ""  # the part `format_title` shortens to fit
-        target = self._link_target() if self.new_file else None
+        target = self.link_target if self.new_file else None
         where = (f"{self.profile_path} (new file" + (f": the link's target {target})" if target else ")")
                  if self.new_file else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
@@ -702,11 +705,6 @@ class LtxTuiApp(App):
         if self.dirty:
             reasons.append("the profile has unsaved changes")
         return reasons
-
-    def _link_target(self) -> str | None:
-        """Where a --profile that is a dangling symbolic link points (the file an export creates)."""
-        path = self.profile_path
-        return os.path.realpath(path) if path and os.path.islink(path) else None
 
     def action_quit_app(self) -> None:
         """q, ctrl+c, ctrl+q, the palette's Quit: asks first when a tune or smoke run is going or there

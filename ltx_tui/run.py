@@ -298,8 +298,7 @@ def runs_main(argv: list[str]) -> int:
     if ledger.partial:
         _say(f"ltx-tui runs: {path} is larger than {ledger_mod.LEDGER_LIMIT >> 20} MiB: only its newest "
              f"{ledger_mod.LEDGER_LIMIT >> 20} MiB were read ({len(ledger.records)} run(s)); older runs are not listed")
-    listing_empty = not (args.json or args.compare or args.show or ledger.records)
-    if ledger.skipped and not listing_empty:  # an empty listing says it in its own words
+    if ledger.skipped:
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
     try:
         if args.compare:

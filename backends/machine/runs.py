@@ -20,8 +20,7 @@ import fcntl
 import json
 import os
 import stat
-import dataclasses
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +222,7 @@ class Ledger:
 
     def displayed(self) -> "Ledger":
         """This ledger with its records `displayed` (for the terminal)."""
-        return dataclasses.replace(self, records=tuple(displayed(r) for r in self.records))
+        return replace(self, records=tuple(displayed(r) for r in self.records))
 
     def empty_reason(self) -> str | None:
         """Why it lists no run, with what to do; None when it is only empty (no run recorded yet)."""
@@ -262,13 +261,13 @@ def load(path: Path | None = None) -> Ledger:
         return Ledger(path, (), missing_folder=path.parent if given and not path.parent.is_dir() else None)
     except OSError as e:
         raise FileProblem(f"cannot read: {e.strerror or e}") from None
-    if not (stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT):
+    partial = stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT
+    if not partial:
         data = read_bounded(path, LEDGER_LIMIT)  # refuses what is not a regular file, with the reason
     else:  # a long history: its newest part
         with open(path, "rb") as f:
             f.seek(-LEDGER_LIMIT, os.SEEK_END)
             data = f.read(LEDGER_LIMIT).split(b"\n", 1)[-1]
-    partial = stat.S_ISREG(st.st_mode) and st.st_size > LEDGER_LIMIT
     records, skipped = [], 0
     for raw in data.splitlines():
         if not raw.strip():

@@ -80,19 +80,18 @@ class TunePanel(Vertical):
         """The run's shapes changed: what u would tune now (rows of an earlier tune stay)."""
         self.label = label
         if not self.query_one(DataTable).row_count:
-            self.query_one("#tune-status", Static).update(Text(self._idle_text()))
+            self._status(Text(self._idle_text()))
 
     def waiting(self, message: str) -> None:
         self._stop_clock()
-        self.query_one("#tune-status", Static).update(Text(f"{message} — press c to cancel", style="yellow"))
+        self._status(Text(f"{message} — press c to cancel", style="yellow"))
 
     def start(self, label: str) -> None:
         self._stop_clock()
         self._done = []
         self.query_one(DataTable).clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
-        self.query_one("#tune-status", Static).update(Text(f"tuning {label}: each candidate in a subprocess — "
-                                                           "press c to cancel"))
+        self._status(Text(f"tuning {label}: each candidate in a subprocess — press c to cancel"))
 
     def progress(self, done: int, total: int, c: Candidate | None) -> None:
         """A candidate finished (`c`; None: only the count moved): its row now, its bar against the
@@ -114,7 +113,7 @@ class TunePanel(Vertical):
             if x.option == c.option and x.ms is not None:
                 table.update_cell(self._key(x), "bar", bar(x, slowest))
         if c.status != "skipped":
-            self.query_one("#tune-status", Static).update(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
+            self._status(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
 
     @staticmethod
     def _key(c: Candidate) -> str:
@@ -146,8 +145,7 @@ class TunePanel(Vertical):
         picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
         cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
-        self.query_one("#tune-status", Static).update(Text(f"{head}: {picked}{note}",
-                                                           style="green" if chosen and not cancelled else "yellow"))
+        self._status(Text(f"{head}: {picked}{note}", style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
         self._stop_clock()
