@@ -207,6 +207,22 @@ def test_budget_and_cancel_skip_with_a_reason(fake_worker):
     assert timed and all(c.status == "skipped" for c in timed)
 
 
+def test_a_cancelled_fresh_tune_keeps_the_measurements_it_did_not_redo(fake_worker):
+    """A user trial: `U` (tune afresh) cancelled at once replaced every cached row with "cancelled",
+    and `auto` then followed the one value that had been timed again."""
+    cap, shapes = live(), RunShapes(768, 512, 121)
+    first = runmod.tune(Profile(), cap, shapes, options=("transformer.attention",), budget=60)
+    measured = {(c.option, c.value): c for c in first.candidates if c.status == "measured"}
+    assert len(measured) >= 2
+    cancel = threading.Event()
+    cancel.set()
+    again = runmod.tune(Profile(), cap, shapes, options=("transformer.attention",), budget=60, cancel=cancel,
+                        fresh=True)
+    rows = {(c.option, c.value): c for c in again.candidates}
+    assert all(rows[key] == row for key, row in measured.items())
+    assert load_tuned(cap, shapes.label).chosen() == first.chosen()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA (the CPU's attention values)")
 @pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 def test_cli_tune_json_and_cached_rerun_on_this_cpu(capsys, tmp_path, monkeypatch):

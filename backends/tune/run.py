@@ -178,6 +178,8 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
         spent += min(FINISH_S, budget / 100)
         tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel, spent)
         earlier = load_tuned(cap, shapes.label)
+        if earlier is not None:
+            tuned = _kept_over_cancelled(tuned, earlier)
         if earlier is not None and set(tuned.candidates) <= set(earlier.candidates):  # nothing new measured
             tuned = dataclasses.replace(tuned, written=earlier.written)
         if runs is None:
@@ -191,6 +193,15 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
             except OSError as e:
                 notes += (f"not cached: cannot write {e.filename or 'the cache'} ({e.strerror or e})",)
     return dataclasses.replace(tuned, notes=notes)
+
+
+def _kept_over_cancelled(tuned: Tuned, earlier: Tuned) -> Tuned:
+    """`tuned` with each row a cancel left untimed taken from `earlier` where that one was measured:
+    a cancelled `--fresh` tune (the app's `U`, then `c`) keeps what it did not time again."""
+    kept = {(c.option, c.value): c for c in earlier.candidates if c.status == "measured"}
+    rows = tuple(kept.get((c.option, c.value), c) if c.status == "skipped" and c.reason == "cancelled" else c
+                 for c in tuned.candidates)
+    return dataclasses.replace(tuned, candidates=rows)
 
 
 def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[str, ...], budget: float, fresh: bool,
