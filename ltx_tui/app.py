@@ -566,7 +566,7 @@ class LtxTuiApp(App):
         self.action_tab("tune")
         self._tune_cancel = threading.Event()
         panel = self.query_one(TunePanel)
-        panel.start(self.run_shapes.label)
+        panel.preparing(self.run_shapes.label)  # the table stays until the tune starts (it may be refused)
         if not self._here() and self._this_machine is None:
             panel.waiting(f"probing this machine (torch, CUDA): the tune times this machine, and the options are "
                           f"validated for {target_title(self.capability)}")
@@ -595,8 +595,7 @@ class LtxTuiApp(App):
                 why = cpu_refusal(shapes, cap.torch.cuda_reason or "no CUDA device", in_app=True)
                 self.call_from_thread(panel.failed, f"Not tuned: {why}.")
                 return
-            if not here:
-                self.call_from_thread(panel.start, shapes.label)
+            self.call_from_thread(panel.start, shapes.label)
             tuned = self.tuner(profile, cap, shapes, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)
             self.call_from_thread(self._tuned_ready, tuned, here)

@@ -122,6 +122,26 @@ async def test_a_cpu_tune_of_ltx2s_shapes_is_refused_at_once_with_the_reason():
         assert called == [] and app._tune_cancel is None
 
 
+async def test_a_refused_tune_leaves_the_tables_earlier_rows():
+    """A user trial: u refused on a CPU (at 768x512x121) emptied the table of the 224x224x9 tune
+    shown before it, for good."""
+    from textual.widgets import DataTable
+
+    from backends.machine.tuned import Candidate, Tuned
+    from ltx_tui.widgets.tune_panel import TunePanel
+
+    cpu = dataclasses.replace(preset("cpu"), source="live")
+    app = make_app(cpu, tuner=lambda *a: None)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        rows = (Candidate("transformer.attention", "sdpa_math", "measured", ms=1220.0),
+                Candidate("transformer.attention", "pytorch", "measured", ms=578.0))
+        app.query_one(TunePanel).show(Tuned("fp", "224x224x9", rows))
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "Not tuned" in text(app, "#tune-status"))
+        assert app.query_one("#tune-panel DataTable", DataTable).row_count == 2
+
+
 async def test_a_tune_under_a_preset_says_it_probes_this_machine_at_once_and_probes_it_once():
     """The options validated for preset h200, on a CPU box: u says at once that it probes this
     machine (the tune times it, not the preset); the CPU's refusal follows the probe; a second u

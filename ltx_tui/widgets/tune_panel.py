@@ -86,6 +86,11 @@ class TunePanel(Vertical):
         self._stop_clock()
         self._status(Text(f"{message} — press c to cancel", style="yellow"))
 
+    def preparing(self, label: str) -> None:
+        """u pressed: the tune checks it can run here (the rows shown stay until it starts)."""
+        self._stop_clock()
+        self._status(Text(f"tuning {label}: preparing — press c to cancel"))
+
     def start(self, label: str) -> None:
         self._stop_clock()
         self._done = []
