@@ -964,6 +964,23 @@ async def test_the_editors_mark_the_current_value_and_say_their_keys():
         assert "enter applies, escape cancels" in str(app.screen.query_one("#keys", Static).render())
 
 
+async def test_the_chooser_fits_a_small_terminal_and_keeps_its_highlight_in_sight():
+    """A user trial at 80x24: transformer.attention's list ran past the dialog's foot (no bottom border)
+    and the highlight went out of sight on its last values, which enter then chose blindly."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await edit(pilot, "transformer.attention")
+        await pilot.pause()
+        dialog, values = app.screen.query_one(".dialog"), app.screen.query_one("#values", OptionList)
+        assert dialog.region.bottom <= 24 and values.region.bottom <= dialog.region.bottom - 2  # border + padding
+        for _ in range(values.option_count - 1):
+            await pilot.press("down")
+        await pilot.pause()
+        assert values.highlighted == values.option_count - 1
+        assert values.scroll_offset.y == values.max_scroll_y > 0  # scrolled to the last value, inside the dialog
+
+
 def test_the_app_takes_the_smoke_timeout(monkeypatch):
     """`--timeout S` went with --check --smoke only: the app's smoke runs had a fixed 120 s."""
     import sys

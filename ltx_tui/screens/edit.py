@@ -34,6 +34,9 @@ def value_prompt(value: str, mark: tuple[Status, str] | None, current: bool = Fa
     return text
 
 
+LIST_ROWS = 20  # the chooser's value list at most, where the terminal has room
+
+
 class ChoiceScreen(ModalScreen[Any]):
     """Pick one value; dismisses with it (typed: bool for switches) or CANCELLED."""
 
@@ -58,6 +61,20 @@ class ChoiceScreen(ModalScreen[Any]):
         values = self.query_one("#values", OptionList)
         values.highlighted = choice_values(self.spec).index(self.current)
         values.focus()
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """The list takes the rows the dialog's text leaves on screen (at 24 rows it ran past the foot),
+        scrolling to keep the highlight in sight."""
+        dialog, values = self.query_one(".dialog"), self.query_one("#values", OptionList)
+        text = sum(w.outer_size.height for w in dialog.children if w is not values)
+        room = max(3, min(LIST_ROWS, self.size.height - text - dialog.styles.gutter.height))
+        if values.styles.max_height != room:
+            values.styles.max_height = room
+            values.scroll_to_highlight()
 
     def set_marks(self, marks: dict[str, tuple[Status, str]]) -> None:
         """Fill in what each value resolves to (the capability probe may finish while this is open)."""
