@@ -172,6 +172,22 @@ def test_ledger_appends_lines_and_finds_runs(tmp_path):
         ledger.find("20261130")
 
 
+def test_runs_go_by_their_start_not_the_files_order(tmp_path, capsys):
+    """A user trial: two ledgers' lines joined out of time order listed in file order, and `--show -1`
+    (the newest) gave the older run; the Runs tab sorted them by start."""
+    import dataclasses
+
+    path = tmp_path / "runs.jsonl"
+    runs.append(dataclasses.replace(record("20261202-080342-e8ea"), started="2026-12-02T08:03:42+00:00"), path)
+    runs.append(dataclasses.replace(record("20261202-075412-dbe1"), started="2026-12-02T07:54:12+00:00"), path)
+    assert runs.load(path).find("-1").id == "20261202-080342-e8ea"
+    assert main(["runs", "--ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("e8ea") < out.index("dbe1")  # newest first
+    assert main(["runs", "--ledger", str(path), "--last", "1", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["20261202-080342-e8ea"]
+
+
 def test_a_missing_ledger_is_empty_and_a_directory_is_a_problem(tmp_path):
     assert runs.load(tmp_path / "none.jsonl").records == ()
     with pytest.raises(runs.FileProblem, match="directory"):

@@ -212,7 +212,8 @@ def append(record: RunRecord, path: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Ledger:
-    """The records of a ledger file, oldest first, and how many lines were not records."""
+    """The records of a ledger file, oldest first (by start; ties in file order), and how many lines
+    were not records."""
 
     path: Path
     records: tuple[RunRecord, ...]
@@ -279,4 +280,5 @@ def load(path: Path | None = None) -> Ledger:
     if not records and b"\x00" in data:  # a crash's zero-filled tail after good records is only skipped
         raise FileProblem("holds binary data (NUL bytes) and no run record: not a run ledger "
                           "(one JSON object a line)", "binary")
+    records.sort(key=lambda r: str(r.started))  # by start (lines joined from two ledgers); ties in file order
     return Ledger(path, tuple(records), skipped, partial=partial)

@@ -197,9 +197,7 @@ class RunsPanel(Vertical):
         wide = bool(self._wide)
         columns = ("id", "started", "module", "status", "stage s", "GiB", "exit") if wide else \
             ("id", "module", "status", "stage s", "GiB", "exit")
-        # newest first; appends are in time order, so the file order breaks ties
-        order = sorted(enumerate(ledger.records), key=lambda ir: (str(ir[1].started), ir[0]), reverse=True)
-        self.shown = [r for _, r in order]
+        self.shown = list(reversed(ledger.records))  # newest first (the ledger holds them by start)
         rows = []
         for r in self.shown:
             cells = {
