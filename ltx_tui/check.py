@@ -196,7 +196,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     if key not in OPTIONS_BY_KEY:
         hint = suggest(key, list(OPTIONS_BY_KEY))
-        print(f"ltx-tui: unknown option {key!r}" + (f"; {hint}" if hint else "") + "; options: "
+        print(f"ltx-tui: unknown option {key!r}" + (f" ({hint})" if hint else "") + "; options: "
               + ", ".join(OPTIONS_BY_KEY), file=stderr)
         return EXIT_USAGE
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from backends.config.options import SCHEMA_VERSION
+from backends.config.options import OPTIONS_BY_KEY, SCHEMA_VERSION
 from backends.version import TOOL_VERSION
 
 EXIT_USAGE = 2  # every ltx-tui command's exit code for a usage error or a file it cannot read
 
-WANTED = {"explain": "an option key (ltx-tui --help lists the options; e.g. diffvae.mode)",
+WANTED = {"explain": "an option key, one of " + ", ".join(OPTIONS_BY_KEY),
           "capability": "a preset id (--list-capabilities) or a capability JSON file, or leave it out for this machine",
           "ledger": "a JSONL file, or leave --ledger out for the default"}
 

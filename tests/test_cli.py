@@ -348,6 +348,8 @@ def test_an_empty_explain_capability_or_ledger_is_a_usage_error(capsys, argv, fl
         main(argv)
     out = capsys.readouterr()
     assert exit_.value.code == 2 and f"{flag} was given an empty value" in out.err
+    if flag == "--explain":  # the keys themselves (it pointed to --help, which does not list them)
+        assert "one of diffvae.mode, " in out.err and "offload.gpu_slots" in out.err
     if "--json" in argv:
         assert f"{flag} was given an empty value" in json.loads(out.out)["error"]["message"]
 
