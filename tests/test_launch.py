@@ -412,6 +412,11 @@ def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, mon
     assert ledger.partial  # and it is said (a 90 MB ledger was read in part without a word)
     assert main(["runs", "--ledger", str(path)]) == 0
     assert "only its newest" in capsys.readouterr().err
+    noise = tmp_path / "big.txt"  # not a ledger, and over the limit: its count is of the part read
+    noise.write_text("x\n" * 5000)
+    monkeypatch.setattr(runs, "LEDGER_LIMIT", 1000)
+    assert main(["runs", "--ledger", str(noise)]) == 2
+    assert "none of the 499 line(s) read (its newest 1000 bytes) is a run record" in capsys.readouterr().err
 
 
 # --- auto of compile and the decoder layout under `ltx-tui run` ------------------------------------

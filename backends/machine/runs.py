@@ -228,7 +228,9 @@ class Ledger:
     def empty_reason(self) -> str | None:
         """Why it lists no run, with what to do; None when it is only empty (no run recorded yet)."""
         if self.skipped:
-            return (f"none of its {self.skipped} line(s) is a run record: is {self.path} a run ledger? "
+            part = f"the {self.skipped} line(s) read (its newest {_size(LEDGER_LIMIT)})" if self.partial else \
+                f"its {self.skipped} line(s)"
+            return (f"none of {part} is a run record: is {self.path} a run ledger? "
                     "(`ltx-tui run` writes one JSON object a line)")
         if self.missing_folder is not None:
             return (f"no ledger at {self.path}: its folder {self.missing_folder} does not exist either "
@@ -250,6 +252,10 @@ class Ledger:
         if len(matches) > 1:
             raise KeyError(f"run {key!r}: {len(matches)} runs in {self.path} have ids starting so; give more of the id")
         raise KeyError(f"run {key!r}: no run in {self.path} with that id (`ltx-tui runs` lists them)")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def load(path: Path | None = None) -> Ledger:
