@@ -102,7 +102,7 @@ class SmokePanel(Vertical):
                                             f"{row.seconds:.2f}" if ran else "-", err,
                                             Text(" ".join(row.message.split())))):  # one line
             table.update_cell(str(index), col, value, update_width=True)
-        if ran:  # the bar counts the checks that ran (a cancelled run's stays short of 100%)
+        if ran and row.status != "cancelled":  # the bar counts the checks that ran to their end
             self.query_one(ProgressBar).advance(1)
 
     def finish(self, results: list[CheckResult], total: int) -> None:
