@@ -171,6 +171,26 @@ def _hint(path: Path, kind: str) -> str | None:
             "too-large": "a profile is a few hundred bytes of TOML: check that this is the profile's file"}.get(kind)
 
 
+def _set_twice(text: str, line: int | None) -> tuple[str, int] | None:
+    """(dotted key, its first line) where line `line` of `text` sets again a plain `key = value` that
+    an earlier line of the same table set; None where that is not what it is."""
+    lines = text.splitlines()
+    if not line or line > len(lines):
+        return None
+    def key_of(s: str) -> str | None:
+        m = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", s)
+        return m.group(1) if m else None
+
+    key, table, first = key_of(lines[line - 1]), "", None
+    for n, s in enumerate(lines[: line - 1], start=1):
+        header = re.match(r"\s*\[([A-Za-z0-9_.-]+)\]\s*(#.*)?$", s)
+        if header:
+            table, first = header.group(1), None
+        elif key is not None and key_of(s) == key:
+            first = n
+    return (f"{table}.{key}" if table else key, first) if key and first else None
+
+
 def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
     """Read a profile file: (profile, warnings). Raises ProfileError for anything unusable."""
     p = Path(path)
@@ -195,6 +215,11 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
         line = int(m.group(1)) if m else getattr(e, "lineno", None)
         col = f", column {m.group(2)}" if m else ""
         bom = text.startswith("\ufeff") and line == 1  # tomllib reads a byte-order mark as a character
+        twice = _set_twice(text, line) if problem == "Cannot overwrite a value" else None
+        if twice:
+            key, first = twice
+            raise ProfileError(p, f"set twice (lines {first} and {line})", line=line, key=key,
+                               hint="keep one of the two lines") from None
         raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line,
                            hint="the file starts with a byte-order mark (BOM); re-save it as UTF-8 without one"
                            if bom else None) from None
