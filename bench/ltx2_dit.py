@@ -61,8 +61,6 @@ one thing of the profile's runtime in that variant's process:
   unshared       without `runtime.shared_rows` (each fp8 linear quantizes its input; to_q, to_k and
                  to_v of one input share one quantization otherwise)
   unfused        without the FeedForward's GELU fused into the fp8 row quantization
-  gelu-rows      the GELU's fp8 rows after the first linear's GEMM (its bf16 output written and read
-                 once), not written by that GEMM itself (`kernels.fp8_fused_mm`)
   unfolded       without `runtime.shared_rows` folding rows: cuDNN's fp8 O dequantized and quantized again
                  for to_out, fast_norm's norms writing bf16 rows that the next linear quantizes
   amax-qk        the fp8 attention's q and k scaled by their amax (a reduction each) instead of the
@@ -174,8 +172,6 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "cublas-few-rows": ("few-row GEMMs on cuBLAS", "backends.runtime.quant", "FP8ScaledMMLinear.few_rows", 0),
     "unshared": ("a quantization per linear", "backends.runtime.shared_rows", "ENABLED", False),
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
-    "gelu-rows": ("GELU rows after the GEMM", "backends.runtime.quant", "GeluQuantized.in_gemm", False),
-    "residual-apart": ("FF residual after the GEMM", "backends.runtime.shared_rows", "MM_RESIDUALS", False),
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
     "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
     "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),

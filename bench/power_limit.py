@@ -9,11 +9,8 @@ FlashAttention 3 is importable (`flash_attn_interface`, or the forward-only `fa3
 its fp8 forward runs the same self-attention and the video-text cross-attention (24576 x 1024) beside
 cuDNN's, each with what the block would add around it: v's quantization (cuDNN's call does the same)
 and the row quantization of FA3's bf16 output for `to_out` (cuDNN writes those fp8 rows itself).
-`--phases gelu` times the FeedForward as the block runs it instead: the first GEMM's bf16 output
-through the GELU's row quantization, against the GELU and its fp8 rows in the GEMM
-(`kernels.fp8_fused_mm`), alone and beside the attention, with each one's error against fp32.
 
-    python bench/power_limit.py [--seconds 3] [--phases attention|gelu]
+    python bench/power_limit.py [--seconds 3]
 """
 import argparse
 import importlib
@@ -29,7 +26,6 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the repository's ke
 from backends.machine.nvml import NvmlSession  # noqa: E402
 from backends.runtime import cudnn_fp8_attention as C  # noqa: E402
 from kernels import fp8_qkv  # noqa: E402
-from kernels.fp8_fused_mm import gelu_mm, row_scales, weight_bounds  # noqa: E402
 from kernels.int8_gemm import quantize_rows  # noqa: E402
 from kernels.scale_cast import to_e4m3  # noqa: E402
 
@@ -71,44 +67,6 @@ def phase(name: str, fn, seconds: float, samples: list, session: NvmlSession) ->
     time.sleep(2.0)  # between phases: a little cooling, as the block's own phases have none
 
 
-def gelu_phases(dev: torch.device, attention) -> list:
-    """The FeedForward with its GELU between the GEMMs: rows quantized after the first (unfused) or
-    written by it (`gelu_mm`); prints each one's error against fp32 on the first 2048 rows."""
-    x = torch.randn(TOKENS, DIM, device=dev, dtype=torch.bfloat16)
-    w1 = torch.randn(FF, DIM, device=dev, dtype=torch.bfloat16) / DIM ** 0.5
-    w2 = torch.randn(DIM, FF, device=dev, dtype=torch.bfloat16) / FF ** 0.5
-    b1 = torch.randn(FF, device=dev, dtype=torch.bfloat16) / DIM ** 0.5
-    xq, xs = quantize_rows(x, torch.float8_e4m3fn)
-    (w1q, ws1), (w2q, ws2) = (quantize_rows(w, torch.float8_e4m3fn) for w in (w1, w2))
-    bounds = weight_bounds(w1q, ws1, b1)
-
-    def unfused():
-        h = torch._scaled_mm(xq, w1q.t(), xs[:, None], ws1[None, :], bias=b1, out_dtype=torch.bfloat16,
-                             use_fast_accum=True)
-        hq, hs = quantize_rows(h, torch.float8_e4m3fn, gelu=True)
-        return torch._scaled_mm(hq, w2q.t(), hs[:, None], ws2[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)
-
-    def fused():
-        s = row_scales(xq, xs, bounds)
-        hq = gelu_mm(xq, xs, w1q, ws1, b1, s)
-        return torch._scaled_mm(hq, w2q.t(), s[:, None], ws2[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)
-
-    want = torch.nn.functional.gelu(x[:2048].float() @ w1.float().t() + b1.float(), approximate="tanh") @ w2.float().t()
-    for name, fn in (("GELU rows", unfused), ("GELU in the GEMM", fused)):
-        got = fn()[:2048].float()
-        print(f"FF, {name}: rel L2 against fp32 {float((got - want).norm() / want.norm()):.3e}", flush=True)
-    s = row_scales(xq, xs, bounds)
-    h = torch.nn.functional.gelu((x.float() @ w1.float().t() + b1.float())[:2048], approximate="tanh")
-    print(f"bound / row amax: median {float((s[:2048] * 448 / h.abs().amax(1)).median()):.1f}", flush=True)
-
-    def beside(fn):
-        return lambda: (attention(), fn())
-
-    return [("FF, GELU rows", unfused), ("FF, GELU in the GEMM", fused),
-            ("attention + FF, GELU rows", beside(unfused)), ("attention + FF, GELU in GEMM", beside(fused)),
-            ("FF, GELU rows again", unfused)]
-
-
 def flash_attention_3():
     """FlashAttention 3's interface module, or None where neither package is importable."""
     for name in ("flash_attn_interface", "fa3_fwd_interface"):
@@ -122,7 +80,6 @@ def flash_attention_3():
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--phases", choices=("attention", "gelu"), default="attention")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("power_limit: needs a CUDA GPU (torch sees none here)")
@@ -158,10 +115,8 @@ def main() -> int:
 
     phases = [("attention alone", attention), ("FF GEMM pair alone", ff), ("attention + FF pair", both),
               ("text cross-attention", text)]
-    fa3 = flash_attention_3() if args.phases == "attention" else None
-    if args.phases == "gelu":
-        phases = gelu_phases(dev, attention) + [("attention alone", attention)]
-    elif fa3 is None:
+    fa3 = flash_attention_3()
+    if fa3 is None:
         print("FlashAttention 3: neither flash_attn_interface nor fa3_fwd_interface is importable; cuDNN only")
     else:
         descale = torch.full((1, HEADS), 8 / 448, device=dev)

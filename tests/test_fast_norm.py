@@ -233,7 +233,6 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
     quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
     quant.fuse_gelu(model)
     fast_norm.install(model, traced=True)
-    assert timestep_rows.install(model)  # one gate row a sample, as the profile runs the blocks
     inputs = ltx2.transformer_inputs(tokens=23, padded=0)
     block = model.transformer_blocks[0]
     eager_forward = block.forward
@@ -251,8 +250,6 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
     assert text.count("torch.ops.ltx_tui.post_sa_rows.default(") == 2
     assert "ltx_tui.ada_zero.default(" not in text and "ltx_tui.post_sa.default(" not in text
     assert text.count("torch.ops.ltx_tui.dit_qk.default(") == 6  # the q/k norm + RoPE of each attention
-    # each FeedForward's gated residual in its second GEMM (on CUDA the audio's 23 rows take the few-rows op)
-    assert text.count("torch.ops.ltx_tui.fp8_mm_residual.default(") == 2
     for g, w in zip(got, want):
         assert ((g - w).norm() / w.norm()) < 0.05
 

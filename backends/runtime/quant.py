@@ -35,7 +35,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.fp8_fused_mm import gelu_mm, residual_mm, row_scales, weight_bounds
 from kernels.fp8_small_mm import MAX_ROWS, small_rows_mm
 from kernels.int8_gemm import FP8_MAX, INT8_K_MAX, INT8_MAX, int8_linear, quantize_rows
 from kernels.scale_cast import scale_cast
@@ -196,67 +195,18 @@ class FP8ScaledMMLinear(_QuantLinear):
         return y.reshape(*lead, self.out_features)
 
 
-def _gelu_rows(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, bias: torch.Tensor | None,
-               bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    s = row_scales(xq, xs, bounds)
-    return gelu_mm(xq, xs, w, ws, bias, s), s
-
-
-_gelu_mm_op = torch.library.custom_op("ltx_tui::fp8_gelu_mm", _gelu_rows, mutates_args=())
-
-
-@_gelu_mm_op.register_fake
-def _gelu_mm_fake(xq, xs, w, ws, bias, bounds):
-    return xq.new_empty((xq.shape[0], w.shape[0])), xs.new_empty(xs.shape)
-
-
-def gate_rows(x_shape: tuple, n: int) -> tuple:
-    """The shape a gate of the residual `x + y * gate` (x of `x_shape`, n features) has when
-    `fp8_mm_residual` takes it: one row of n a sample (B, 1, ..., 1, n), one row for 2-D x."""
-    return (1, n) if len(x_shape) < 3 else (x_shape[0], *([1] * (len(x_shape) - 2)), n)
-
-
-def _mm_residual(a: torch.Tensor, sa: torch.Tensor, mat2: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None,
-                 x: torch.Tensor, gates: list[torch.Tensor]) -> torch.Tensor:
-    n = mat2.shape[1]
-    g = gates[0].float()
-    for extra in gates[1:]:
-        g = g * extra.float()
-    rows = gate_rows(tuple(x.shape), n)
-    g = g.expand(rows).reshape(rows[0], n)
-    return residual_mm(a, sa.reshape(-1), mat2.t(), sb.reshape(-1), bias, x, g)
-
-
-_mm_residual_op = torch.library.custom_op("ltx_tui::fp8_mm_residual", _mm_residual, mutates_args=())
-
-
-@_mm_residual_op.register_fake
-def _mm_residual_fake(a, sa, mat2, sb, bias, x, gates):
-    return x.new_empty(x.shape)
-
-
 class GeluQuantized(nn.Module):
-    """LTX-2's GELUApprox (tanh GELU of its `proj`) feeding an fp8-scaled-mm linear with row scales.
-    On CUDA `proj`'s GEMM writes the GELU's fp8 rows itself (`kernels.fp8_fused_mm`, row scales from a
-    bound); elsewhere, and for few rows, `proj`'s output goes through the GELU and the row quantization
-    in one pass. The next linear takes the `QuantizedRows`."""
+    """LTX-2's GELUApprox (tanh GELU of its `proj`) feeding an fp8-scaled-mm linear with row scales:
+    `proj`'s output goes through the GELU and the row quantization in one pass, and the next linear
+    takes the `QuantizedRows`."""
 
-    enabled = True  # bench/ltx2_dit.py's ablations turn these off
-    in_gemm = True
+    enabled = True  # bench/ltx2_dit.py's ablation turns it off
 
     def __init__(self, proj: FP8ScaledMMLinear) -> None:
         super().__init__()
         self.proj = proj
-        self.register_buffer("bounds", weight_bounds(proj.weight, proj.weight_scale, proj.bias), persistent=False)
 
     def forward(self, x: torch.Tensor) -> QuantizedRows:
-        x2 = x.reshape(-1, x.shape[-1])
-        if self.in_gemm and x.is_cuda and x2.shape[0] > self.proj.few_rows:
-            xq, xs = _fp8_rows(x2)
-            bias = None if self.proj.bias is None else self.proj.bias.to(x.dtype)
-            op = _gelu_mm_op if torch.compiler.is_compiling() else _gelu_rows
-            q, s = op(xq, xs, self.proj.weight, self.proj.weight_scale, bias, self.bounds)
-            return QuantizedRows(q, s, tuple(x.shape[:-1]), x.dtype)
         h = self.proj(x)
         q, s = _fp8_rows(h.reshape(-1, h.shape[-1]), gelu=True)
         return QuantizedRows(q, s, tuple(h.shape[:-1]), h.dtype)

@@ -35,7 +35,6 @@ import torch
 from torch._guards import detect_fake_mode
 from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
-from torch.fx.operator_schemas import normalize_function
 
 _VIEWS = ("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
 
@@ -174,36 +173,6 @@ def _residual(add: Any) -> tuple | None:
     return None
 
 
-def _row_scaled_mm(y: Any) -> dict | None:
-    """The arguments (by name) of the `aten._scaled_mm` whose output `y` is (through one view) and is
-    used by nothing else, where it is an fp8-scaled-mm linear's: e4m3 rows with one scale a row and a
-    column, fast accumulation, no output scale; else None."""
-    mm = y.args[0] if _is_view(y) else y
-    if not _op(mm, "aten._scaled_mm.default") or len(mm.users) != 1 or (mm is not y and len(y.users) != 1):
-        return None
-    named = normalize_function(mm.target, mm.args, mm.kwargs, normalize_to_only_use_kwargs=True)
-    a = named.kwargs if named else {}
-    vals = {k: a.get(k).meta.get("val") if isinstance(a.get(k), torch.fx.Node) else None
-            for k in ("input", "mat2", "scale_a", "scale_b")}
-    if not all(isinstance(v, torch.Tensor) for v in vals.values()):
-        return None
-    (m, _), n = vals["input"].shape, vals["mat2"].shape[1]
-    if (vals["input"].dtype != torch.float8_e4m3fn or vals["mat2"].dtype != torch.float8_e4m3fn
-            or tuple(vals["scale_a"].shape) != (m, 1) or tuple(vals["scale_b"].shape) != (1, n)
-            or a.get("scale_result") is not None or not a.get("use_fast_accum")):
-        return None
-    return a
-
-
-def _broadcasts(gate: Any, shape: tuple) -> bool:
-    """Whether node `gate` broadcasts to `shape` as it is (no dimension of shape grows)."""
-    val = gate.meta.get("val") if isinstance(gate, torch.fx.Node) else None
-    try:
-        return isinstance(val, torch.Tensor) and torch.broadcast_shapes(tuple(val.shape), shape) == shape
-    except RuntimeError:
-        return False
-
-
 def _hoist(node: Any, before: torch.fx.Node, forbidden: torch.fx.Node, order: dict) -> bool:
     """Move `node` (and what it reads) before `before` if it is not there yet; False where it reads
     `forbidden` (nothing moved is wrong then: each node moves only ahead of its users)."""
@@ -221,7 +190,6 @@ def _hoist(node: Any, before: torch.fx.Node, forbidden: torch.fx.Node, order: di
 ENABLED = True  # bench/ltx2_dit.py's `:unshared` ablation turns it off
 FOLD = True  # bench/ltx2_dit.py's `:unfolded` ablation turns the folding of dequantized rows and norms off
 ADDS = True  # bench/ltx2_dit.py's `:adds-apart` ablation leaves the residual adds out of the norms
-MM_RESIDUALS = True  # bench/ltx2_dit.py's `:residual-apart` ablation leaves them out of the fp8 GEMMs
 
 
 class SharedRows(CustomGraphPass):
@@ -239,8 +207,6 @@ class SharedRows(CustomGraphPass):
             self._fold_norms(graph)
             if ADDS:
                 self._fold_adds(graph)
-            if MM_RESIDUALS:
-                self._fold_mm_residuals(graph)
 
     @staticmethod
     def _fold(graph: torch.fx.Graph) -> None:
@@ -321,30 +287,8 @@ class SharedRows(CustomGraphPass):
                 _hand_over(graph, norm, items[1 + 2 * i], items[2 + 2 * i])
             _erase_gates(graph, add)
 
-    @staticmethod
-    def _fold_mm_residuals(graph: torch.fx.Graph) -> None:
-        from backends.runtime.quant import gate_rows
-
-        for add in list(graph.nodes):
-            parts = _residual(add)
-            mm = _row_scaled_mm(parts[1]) if parts and parts[2] else None
-            if mm is None:
-                continue
-            x, y, gates = parts
-            shape = tuple(add.meta["val"].shape)
-            rows = gate_rows(shape, shape[-1])
-            if mm["out_dtype"] != add.meta["val"].dtype or not all(_broadcasts(g, rows) for g in gates):
-                continue
-            args = (mm["input"], mm["scale_a"], mm["mat2"], mm["scale_b"], mm["bias"], x, gates)
-            with graph.inserting_before(add):
-                node = graph.call_function(torch.ops.ltx_tui.fp8_mm_residual.default, args)
-            node.meta["val"] = add.meta["val"]
-            add.replace_all_uses_with(node)
-            _erase_gates(graph, add)
-            _erase_dead(graph, y)
-
     def uuid(self) -> Any:
-        return get_hash_for_files((__file__,), repr((ENABLED, FOLD, ADDS, MM_RESIDUALS)))
+        return get_hash_for_files((__file__,), repr((ENABLED, FOLD, ADDS)))
 
 
 def install() -> bool:
