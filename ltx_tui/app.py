@@ -183,6 +183,7 @@ class LtxTuiApp(App):
         self.problems: list[str] = []
         self.profile = Profile()
         self.new_file = False  # --profile names a file that does not exist yet: the export creates it
+        self.load_failed = False  # --profile names a file that could not be read: the default is edited
         self.link_target: str | None = None
         if profile_path:
             try:
@@ -192,6 +193,7 @@ class LtxTuiApp(App):
                 if Path(profile_path).exists() or Path(profile_path).is_dir():
                     self.problems.append(f"Could not load the profile: {e}. Editing the default profile; "
                                          "exporting asks before replacing the file.")
+                    self.load_failed = True
                 else:
                     self.new_file = True
                     # a dangling symbolic link: the export creates its target
@@ -282,7 +284,8 @@ class LtxTuiApp(App):
         self._title_path = self.profile_path or ""  # the part `format_title` shortens to fit
         target = self.link_target if self.new_file else None
         where = (f"{self.profile_path} (new file" + (f": the link's target {target})" if target else ")")
-                 if self.new_file else self.profile_path) or "default profile"
+                 if self.new_file else f"{self.profile_path} (not loaded: the default profile)" if self.load_failed
+                 else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
 
@@ -648,7 +651,7 @@ class LtxTuiApp(App):
         def done(path: Path | None) -> None:
             if path is not None:
                 self.profile_path = str(path)
-                self._saved, self.new_file = self.profile, False
+                self._saved, self.new_file, self.load_failed = self.profile, False, False
                 self._update_title()
                 self.notify(f"Profile written to {path}", title="Exported", markup=False)
         self.push_screen(ExportScreen(self.profile, self.capability, default,

@@ -192,6 +192,20 @@ async def test_smoke_says_what_it_does_at_once_while_the_machine_is_probed():
         assert "probing" not in text(app, "#smoke-status")
 
 
+async def test_a_profile_that_could_not_be_loaded_is_said_so_in_the_header(tmp_path):
+    """A user trial: the header named the broken file as if it were being edited, while the banner
+    said the default profile was; once exported there, the file is the profile."""
+    path = tmp_path / "broken.toml"
+    path.write_text("[transformer]\nquantisation = 1\n")
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.sub_title.endswith(f"{path} (not loaded: the default profile)")
+        app.profile_path, app.load_failed = str(path), False  # as an export there leaves it
+        app._update_title()
+        assert app.sub_title.endswith(str(path))
+
+
 async def test_a_profile_that_does_not_exist_yet_is_said_to_be_new(tmp_path):
     path = tmp_path / "new.toml"
     app = make_app(profile_path=str(path))
