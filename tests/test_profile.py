@@ -256,3 +256,17 @@ def test_replace_checks_values_and_invariants():
         Profile().replace(**{"transformer.quantization": "fp8"})  # every value it begins
     with pytest.raises(InvalidValue, match="unknown option"):
         Profile().replace(**{"compile.nope": 1})
+
+
+@pytest.mark.parametrize("key, value, hint", [
+    ("transformer.quantization", "FP8-CAST", "did you mean 'fp8-cast'?"),  # only the case wrong: no hint before
+    ("transformer.sla_topk", "0.5", "write 0.5 without quotes"),
+    ("offload.gpu_slots", "2", "write 2 without quotes"),
+])
+def test_a_value_wrong_only_in_case_or_quotes_says_the_fix(key, value, hint):
+    """A user trial: "FP8-CAST" got no suggestion ("fp8" did) and a quoted number no fix."""
+    from backends.config.options import OPTIONS_BY_KEY, InvalidValue
+
+    with pytest.raises(InvalidValue) as info:
+        OPTIONS_BY_KEY[key].convert(value)
+    assert info.value.hint == hint

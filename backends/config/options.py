@@ -245,6 +245,9 @@ class InvalidValue(ValueError):
 def suggest(word: str, choices: list[str]) -> str | None:
     """A "did you mean" hint for a misspelt word, or None. A word that begins several choices names
     them all ('sdpa': 'sdpa_cudnn', 'sdpa_flash', ...), not the closest by letters ('mps_sdpa')."""
+    same = [c for c in choices if c.lower() == word.lower() and c != word]
+    if same:  # "FP8-CAST": only the case is wrong
+        return f"did you mean {same[0]!r}?"
     starting = [c for c in choices if c.startswith(word) and c != word] if word else []
     if len(starting) > 1:
         return f"did you mean one of {', '.join(map(repr, starting))}?"
@@ -252,6 +255,17 @@ def suggest(word: str, choices: list[str]) -> str | None:
     close = close or starting
     close = close or difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f"did you mean {close[0]!r}?" if close else None
+
+
+def _unquoted(value: Any, kind: "Kind") -> str | None:
+    """A hint for a number written as a string ("0.5"): write it without the quotes."""
+    if not isinstance(value, str):
+        return None
+    try:
+        number = int(value) if kind is Kind.INT else float(value)
+    except ValueError:
+        return None
+    return f"write {value.strip()} without quotes" if math.isfinite(number) else None
 
 
 def type_name(value: Any) -> str:
@@ -385,7 +399,7 @@ class OptionSpec:
             return tuple(value)
         numeric = (int,) if self.kind is Kind.INT else (int, float)
         if isinstance(value, bool) or not isinstance(value, numeric):
-            bad(f"expected {self.allowed()}, found {type_name(value)} {shown}")
+            bad(f"expected {self.allowed()}, found {type_name(value)} {shown}", _unquoted(value, self.kind))
         if isinstance(value, float) and not math.isfinite(value):
             bad(f"expected {self.allowed()}, found {shown}")
         too_low = self.minimum is not None and (value <= self.minimum if self.exclusive_minimum else value < self.minimum)
