@@ -182,7 +182,7 @@ def _load(profile_path: str | None, capability: str | None, usage_error, gpus: i
     try:
         cap = load_capability(capability, cap_warnings) if capability else capmod.probe()
     except capmod.CapabilityError as e:
-        return usage_error("capability", str(e))
+        return usage_error("capability", str(e), e.fields)
     return profile, warnings, cap, cap_warnings
 
 

@@ -106,6 +106,20 @@ def test_bad_capability_exits_2(capsys):
     assert code == 2 and "unknown capability 'h300'" in err
 
 
+@pytest.mark.parametrize("text, problem", [
+    ('{"gpus": [{"memory_total": "lots"}]}', "$.platform: missing"),
+    ("{not json", "not valid JSON"),
+])
+def test_a_bad_capability_files_json_error_has_file_problem_and_fix(capsys, tmp_path, text, problem):
+    """A user trial: its JSON error had only a message, prefixed 'file:' ('file:cap1.json: $.platform: missing')."""
+    path = tmp_path / "cap1.json"
+    path.write_text(text)
+    code, out, err = run(capsys, "--check", "--json", "--capability", str(path))
+    error = json.loads(out)["error"]
+    assert code == 2 and error["file"] == str(path) and problem in error["problem"]
+    assert "ltx-tui --check --json > cap.json" in error["fix"] and "file:" not in err
+
+
 def test_capability_file_from_check_json(capsys, tmp_path):
     _, out, _ = run(capsys, "--check", "--json", "--capability", "l40s")
     path = tmp_path / "l40s.json"

@@ -165,8 +165,11 @@ class Capability:
 class CapabilityError(Exception):
     """A capability id or file that cannot be used; the message says what and how to fix."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, file: str | None = None, problem: str | None = None,
+                 fix: str | None = None) -> None:
         super().__init__(printable(message))  # it names paths and keys from the file
+        # what a script reads from `--check --json`'s error (a capability file's problem)
+        self.fields = {"file": file, "problem": None if problem is None else printable(problem), "fix": fix}
 
 
 MAX_GPUS = 64  # the most GPUs a capability (preset or file) may describe

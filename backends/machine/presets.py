@@ -26,6 +26,7 @@ from backends.machine.capability import (
     TorchInfo,
     from_dict,
 )
+from backends.machine.text import printable
 from backends.machine.textfile import FileProblem, read_bounded, too_deep
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a --check --json output is tens of KiB
@@ -148,22 +149,30 @@ def load_capability(spec: str, warnings: list[str] | None = None) -> Capability:
     if not (path.suffix or os.sep in spec or path.exists()):
         return preset(spec)
     fix = "save one with `ltx-tui --check --json > cap.json` on the target machine, or use a preset id"
+
+    def refused(problem: str, line: int | None = None) -> CapabilityError:
+        return CapabilityError(f"{spec}{'' if line is None else f':{line}'}: {problem}; {fix}",
+                               file=spec, problem=problem, fix=fix)
+
     try:
         text = read_bounded(path, MAX_FILE_BYTES).decode("utf-8")
     except FileProblem as e:
-        raise CapabilityError(f"{spec}: {e}; {fix}") from None
+        raise refused(str(e)) from None
     except UnicodeDecodeError as e:
-        raise CapabilityError(f"{spec}: not UTF-8 text ({e.reason} at byte {e.start}); {fix}") from None
-    nested = CapabilityError(f"{spec}: arrays or objects nested more than {MAX_NESTING} levels deep; "
-                             f"not a capability file; {fix}")
+        raise refused(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    nested = refused(f"arrays or objects nested more than {MAX_NESTING} levels deep; not a capability file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise CapabilityError(f"{spec}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
+        raise refused(f"not valid JSON ({e.msg})", e.lineno) from None
     except RecursionError:  # json recurses once per nested array or object
         raise nested from None
     if too_deep(data, MAX_NESTING):
         raise nested
     if not isinstance(data, Mapping):
-        raise CapabilityError(f"{spec}: expected a JSON object, found {type(data).__name__}; {fix}")
-    return from_dict(data, f"file:{spec}", warnings)
+        raise refused(f"expected a JSON object, found {type(data).__name__}")
+    source = f"file:{spec}"
+    try:
+        return from_dict(data, source, warnings)
+    except CapabilityError as e:  # "file:cap.json: $.platform: missing": the file named once, the fix said
+        raise refused(str(e).removeprefix(f"{printable(source)}: ")) from None
