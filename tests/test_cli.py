@@ -350,6 +350,13 @@ def test_explain_exits_1_where_the_option_cannot_run_here_as_check_does(capsys):
     assert code == 0 and "(error)" not in out
 
 
+def test_explain_of_an_unused_option_says_unused_not_a_dash(capsys):
+    """A user trial: `--explain offload.gpu_slots` printed "2 -> - (ok)" and "-: unused: ..."."""
+    assert main(["--explain", "offload.gpu_slots"]) == 0
+    out = capsys.readouterr().out
+    assert "profile:  2 -> unused (ok)" in out and "\n            unused: offload.mode is none" in out and "-:" not in out
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["--explain", ""], "--explain"), (["--check", "--explain", ""], "--explain"),
     (["--check", "--capability", ""], "--capability"), (["--check", "--json", "--capability", ""], "--capability"),

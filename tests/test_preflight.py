@@ -179,7 +179,7 @@ def test_gpus_flag_usage(capsys, tmp_path):
     assert main(["--check", "--capability", "h100x8", "--gpus", "65"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["--explain", "parallel.gpus", "--capability", "h100x8", "--gpus", "16"]) == 1  # the option cannot run: --check's exit 1
-    assert "profile:  16 -> - (error)" in capsys.readouterr().out
+    assert "profile:  16 -> cannot run (error)" in capsys.readouterr().out
 
 
 def test_the_multi_gpu_presets_are_listed_and_valid(capsys):
