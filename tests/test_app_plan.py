@@ -142,6 +142,37 @@ async def test_a_refused_tune_leaves_the_tables_earlier_rows():
         assert app.query_one("#tune-panel DataTable", DataTable).row_count == 2
 
 
+async def test_the_tune_and_smoke_tabs_show_the_highlighted_rows_whole_reason():
+    """A user trial at 80x24: the reason / message column was cut at both edges when scrolled to, with
+    no other place to read it."""
+    from textual.widgets import DataTable
+
+    from backends.machine.tuned import Candidate, Tuned
+    from backends.smoke import CheckResult, CheckSpec
+    from ltx_tui.widgets.smoke_panel import SmokePanel
+    from ltx_tui.widgets.tune_panel import TunePanel
+
+    long = "stopped after 38.6 s: over 5x the 7.72 s that measuring triton took (its first call compiles)"
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        rows = (Candidate("diffvae.na_backend", "triton", "measured", ms=320.0),
+                Candidate("diffvae.na_backend", "natten:flex-fna", "skipped", reason=long))
+        app.query_one(TunePanel).show(Tuned("fp", "224x224x9", rows))
+        table = app.query_one("#tune-table", DataTable)
+        table.focus()
+        await pilot.press("down")
+        await pilot.pause()
+        assert text(app, "#tune-detail") == f"diffvae.na_backend = natten:flex-fna: skipped: {long}"
+        await pilot.press("t")
+        smoke = app.query_one(SmokePanel)
+        smoke.start([CheckSpec("na3d triton", "na3d", "cpu", {})])
+        smoke.result(0, CheckResult("na3d triton", "error", 1.0, None, long))
+        await pilot.pause()
+        assert text(app, "#smoke-detail") == f"na3d triton: error: {long}"
+
+
 async def test_a_tune_under_a_preset_says_it_probes_this_machine_at_once_and_probes_it_once():
     """The options validated for preset h200, on a CPU box: u says at once that it probes this
     machine (the tune times it, not the preset); the CPU's refusal follows the probe; a second u

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
 
 from backends.smoke import CheckResult, CheckSpec, summary
 from ltx_tui.widgets.wide_table import WideTable
@@ -35,6 +35,20 @@ class SmokePanel(Vertical):
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
+        yield Static(id="smoke-detail")  # the highlighted check's whole message (its column is cut at 80 wide)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail(str(event.row_key.value))
+
+    def _detail(self, key: str) -> None:
+        table, detail = self.query_one(DataTable), self.query_one("#smoke-detail", Static)
+        try:
+            row = table.get_row(key)
+        except RowDoesNotExist:
+            row = None
+        message = str(row[COLUMNS.index("message")]) if row else ""
+        detail.update(Text(f"{row[0]}: {row[1]}: {message}") if message else "")
+        detail.display = bool(message)
 
     def preparing(self, message: str) -> None:
         """Said at once when s is pressed, while the checks are being planned (a probe takes seconds)."""
@@ -102,6 +116,8 @@ class SmokePanel(Vertical):
                                             f"{row.seconds:.2f}" if ran else "-", err,
                                             Text(" ".join(row.message.split())))):  # one line
             table.update_cell(str(index), col, value, update_width=True)
+        if table.cursor_row == index:
+            self._detail(str(index))
         if ran and row.status != "cancelled":  # the bar counts the checks that ran to their end
             self.query_one(ProgressBar).advance(1)
 

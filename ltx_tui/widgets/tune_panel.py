@@ -47,6 +47,7 @@ class TunePanel(Vertical):
         self.label = label  # the run's shapes, e.g. 768x512x121
         self._done: list[Candidate] = []  # the running tune's candidates so far
         self._measuring: tuple[str, float] | None = None  # the status line of the one measuring, since when
+        self._rows: dict[str, Candidate] = {}  # the table's rows by key
 
     def on_mount(self) -> None:
         self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
@@ -70,7 +71,15 @@ class TunePanel(Vertical):
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
+        yield Static(id="tune-detail")  # the highlighted row's whole reason (its column is cut at 80 wide)
         yield Static(Text(LEGEND, style="dim"), id="tune-legend")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        c = self._rows.get(str(event.row_key.value))
+        detail = self.query_one("#tune-detail", Static)
+        detail.update(Text(f"{c.option} = {c.value}: {c.status}" + (f": {c.reason}" if c.reason else ""))
+                      if c is not None else "")
+        detail.display = c is not None
 
     def _idle_text(self) -> str:
         return (f"press u to time each value of the speed options on this machine at the run's shapes "
@@ -93,7 +102,7 @@ class TunePanel(Vertical):
 
     def start(self, label: str) -> None:
         self._stop_clock()
-        self._done = []
+        self._done, self._rows = [], {}
         self.query_one(DataTable).clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
         self._status(Text(f"tuning {label}: each candidate in a subprocess — press c to cancel"))
@@ -129,6 +138,7 @@ class TunePanel(Vertical):
         key = self._key(c)
         if key in table.rows:  # a value listed twice (a hand-edited cache file): its last row counts
             table.remove_row(key)
+        self._rows[key] = c
         table.add_row(
             Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
             "-" if c.ms is None else run_ms(c.ms), Text(c.status, style=STYLE.get(c.status, "")),
@@ -140,6 +150,7 @@ class TunePanel(Vertical):
         self._stop_clock()
         self.query_one(ProgressBar).update(total=1, progress=1)  # done (a cached tune's bar sat at 0%)
         self.query_one(DataTable).clear()
+        self._rows = {}
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
