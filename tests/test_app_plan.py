@@ -452,3 +452,17 @@ async def test_the_plan_table_keeps_an_effective_value_too_long_for_its_line(tmp
                 assert cell.splitlines()[-1].strip() == value and table.rows[option].height == 3
             short = str(table.get_row("transformer.quantization")[1])
             assert len(short.splitlines()) == 2 and table.rows["transformer.quantization"].height == 2
+
+
+def test_the_plan_says_cannot_run_and_unused_not_a_dash():
+    """The Plan tab showed "1 → -" for an option in error (parallel.gpus on a CPU) and "-: unused: ..."
+    in its detail; the Options tab and --explain say cannot run / unused."""
+    from backends.config.plan import resolve
+    from backends.config.options import Profile
+    from ltx_tui.widgets.resolution import detail_text
+
+    plan = resolve(Profile(), preset("cpu"))
+    gpus, slots = plan["parallel.gpus"], plan["offload.gpu_slots"]
+    assert gpus.effective_text == "cannot run" and slots.effective_text == "unused"
+    detail = detail_text(slots).plain
+    assert "2 → unused (ok)" in detail and "-:" not in detail

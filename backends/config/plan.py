@@ -236,9 +236,7 @@ def explain(key: str, plan: Plan) -> str:
     d = plan[key]
     facts = Facts(plan.capability, plan.profile)
     lines = [f"{key}: {spec.help}", f"  values:   {spec.allowed()} (default {show_value(spec.default)})",
-             f"  profile:  {show_value(d.requested)} -> "
-             f"{show_value(d.effective) if d.effective is not None else 'unused' if d.status is Status.OK else 'cannot run'}"
-             f" ({d.status})"]
+             f"  profile:  {show_value(d.requested)} -> {d.effective_text} ({d.status})"]
     lines += [f"            {s.reason}" if s.value is None else f"            {show_value(s.value)}: {s.reason}"
               for s in d.chain]
     if d.remedy and d.status is not Status.OK:

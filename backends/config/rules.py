@@ -30,6 +30,7 @@ from backends.config.options import (
     Profile,
     Quantization,
     SparseAttention,
+    show_value,
 )
 
 
@@ -59,6 +60,13 @@ class Decision:
     rules: tuple[str, ...] = ()
     message: str | None = None
     remedy: str | None = None
+
+    @property
+    def effective_text(self) -> str:
+        """The effective value as shown: 'cannot run' for an error with none, 'unused' otherwise."""
+        if self.effective is not None:
+            return show_value(self.effective)
+        return "cannot run" if self.status is Status.ERROR else "unused"
 
 
 @dataclass(frozen=True)

@@ -62,12 +62,6 @@ def fold(value: str, width: int) -> str:
     return "\n".join(lines + [value])
 
 
-def effective_text(decision: Decision) -> str:
-    if decision.effective is not None:
-        return show_value(decision.effective)
-    return "cannot run" if decision.status is Status.ERROR else "unused"
-
-
 @dataclass(frozen=True)
 class Columns:
     """Widths of the first line's columns: option, value, effective, status."""
@@ -103,7 +97,7 @@ def row_text(spec: OptionSpec, value: Any, decision: Decision | None, columns: C
     if decision is not None:
         row.add_column(width=columns.effective + 2, overflow="fold")
         row.add_column(width=columns.status)
-        cells += [Text.assemble("→ ", (fold(effective_text(decision), columns.effective), "bold")),
+        cells += [Text.assemble("→ ", (fold(decision.effective_text, columns.effective), "bold")),
                   Text(decision.status.value, style=STATUS_STYLE[decision.status])]
         reason = decision.message if decision.status is not Status.OK and decision.message \
             else decision.chain[-1].reason
@@ -136,7 +130,7 @@ class OptionsList(OptionList):
     def _columns(self, width: int) -> Columns:
         shown = list(self.decisions.values())
         return Columns.fit(width, [show_value(self.profile.get(o.key)) for o in OPTIONS],
-                           [effective_text(d) for d in shown], [d.status.value for d in shown])
+                           [d.effective_text for d in shown], [d.status.value for d in shown])
 
     def _entry(self, spec: OptionSpec, columns: Columns) -> Group:
         return row_text(spec, self.profile.get(spec.key), self.decisions.get(spec.key), columns)

@@ -137,9 +137,9 @@ SEVERITY = {Status.ERROR: 0, Status.FALLBACK: 1, Status.WARNING: 2, Status.OK: 3
 def detail_text(d: Decision) -> Text:
     """The whole chain of one decision, for the line under the table."""
     text = Text(f"{d.option}: ", style="bold")
-    text.append(f"{show_value(d.requested)} → {show_value(d.effective)} ({d.status.value})", style=STATUS_STYLE[d.status])
+    text.append(f"{show_value(d.requested)} → {d.effective_text} ({d.status.value})", style=STATUS_STYLE[d.status])
     for step in d.chain:
-        text.append(f"\n  {show_value(step.value)}: {step.reason}")
+        text.append(f"\n  {step.reason}" if step.value is None else f"\n  {show_value(step.value)}: {step.reason}")
     if d.remedy and d.status is not Status.OK:
         text.append(f"\n  fix: {d.remedy}", style="italic")
     if d.rules:
@@ -180,10 +180,10 @@ class ResolutionView(Vertical):
     def _option_cell(self, d: Decision) -> str:
         """The option, then "requested → effective" on its line where it fits the column, else the
         effective value on a line of its own (the table cuts a row's text at its height)."""
-        change = f" {show_value(d.requested)} → {show_value(d.effective)}"
+        change = f" {show_value(d.requested)} → {d.effective_text}"
         if cell_len(change) <= self.OPTION_WIDTH:
             return f"{d.option}\n{change}"
-        return f"{d.option}\n {show_value(d.requested)} →\n   {show_value(d.effective)}"
+        return f"{d.option}\n {show_value(d.requested)} →\n   {d.effective_text}"
 
     def on_resize(self) -> None:
         """The reason column takes the width left over: rebuild the rows when that changes."""
