@@ -37,6 +37,13 @@ def value_prompt(value: str, mark: tuple[Status, str] | None, current: bool = Fa
 LIST_ROWS = 20  # the chooser's value list at most, where the terminal has room
 
 
+class ValueList(OptionList):
+    """The chooser's values: the highlight stays in sight when the list is resized (`ChoiceScreen._fit`)."""
+
+    def on_resize(self) -> None:
+        self.scroll_to_highlight()
+
+
 class ChoiceScreen(ModalScreen[Any]):
     """Pick one value; dismisses with it (typed: bool for switches) or CANCELLED."""
 
@@ -54,8 +61,8 @@ class ChoiceScreen(ModalScreen[Any]):
                               style="dim"))
             yield Static(Text("up/down moves, enter chooses, escape cancels", style="dim"), id="keys")  # above a
             values = choice_values(self.spec)  # long list, which may run past the screen's foot
-            yield OptionList(*(Option(value_prompt(v, self.marks.get(v), v == self.current), id=v) for v in values),
-                             id="values")
+            yield ValueList(*(Option(value_prompt(v, self.marks.get(v), v == self.current), id=v) for v in values),
+                            id="values")
 
     def on_mount(self) -> None:
         values = self.query_one("#values", OptionList)
@@ -71,10 +78,9 @@ class ChoiceScreen(ModalScreen[Any]):
         scrolling to keep the highlight in sight."""
         dialog, values = self.query_one(".dialog"), self.query_one("#values", OptionList)
         text = sum(w.outer_size.height for w in dialog.children if w is not values)
-        room = max(3, min(LIST_ROWS, self.size.height - text - dialog.styles.gutter.height))
-        if values.styles.max_height != room:
+        room = max(5, min(LIST_ROWS, self.size.height - text - dialog.styles.gutter.height))
+        if values.styles.max_height is None or values.styles.max_height.value != room:
             values.styles.max_height = room
-            values.scroll_to_highlight()
 
     def set_marks(self, marks: dict[str, tuple[Status, str]]) -> None:
         """Fill in what each value resolves to (the capability probe may finish while this is open)."""
