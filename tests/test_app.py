@@ -1,5 +1,6 @@
 """Pilot flows of the Textual app, with fake NVML data and capability presets."""
 
+import dataclasses
 import io
 import re
 import threading
@@ -739,6 +740,25 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         assert probed == [1]  # through the app's prober (a subprocess by default), not in the UI process
 
 
+async def test_a_cancelled_tune_says_so_though_its_rows_came_from_the_cache():
+    """A cancelled --fresh tune puts the cached rows back where it timed nothing (`tune`): its status
+    line still starts "cancelled", not green "chosen ..." as if it had measured them all."""
+    from backends.machine.tuned import Candidate, Tuned
+
+    def tuner(profile, cap, shapes, on_event, cancel):
+        cancel.wait(10)
+        return Tuned("fp", shapes.label, (Candidate("transformer.attention", "sdpa_math", "measured", ms=5.0),))
+
+    app = make_app(dataclasses.replace(preset("h100"), source="live"), tuner=tuner)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("u")
+        await pilot.pause()
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app._tune_cancel is None)
+        assert str(app.query_one("#tune-status", Static).render()).startswith("cancelled")
+
+
 @pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_a_smoke_run_and_a_tune_go_one_at_a_time():
     """Both could run at once and one c cancelled both: starting one while the other runs is refused,
@@ -980,6 +1000,14 @@ async def test_the_chooser_fits_a_small_terminal_and_keeps_its_highlight_in_sigh
         await pilot.pause()
         assert values.highlighted == values.option_count - 1
         assert values.scroll_offset.y == values.max_scroll_y > 0  # scrolled to the last value, inside the dialog
+        await pilot.press("enter")  # sdpa_math's next-to-last: opened again, the current value is in sight
+        await pilot.pause()
+        await edit(pilot, "transformer.attention")
+        for _ in range(3):
+            await pilot.pause()
+        values = app.screen.query_one("#values", OptionList)
+        assert values.highlighted == values.get_option_index("mps_sdpa")
+        assert values.scroll_offset.y == values.max_scroll_y > 0
 
 
 def test_the_app_takes_the_smoke_timeout(monkeypatch):

@@ -270,3 +270,19 @@ def test_a_value_wrong_only_in_case_or_quotes_says_the_fix(key, value, hint):
     with pytest.raises(InvalidValue) as info:
         OPTIONS_BY_KEY[key].convert(value)
     assert info.value.hint == hint
+
+
+@pytest.mark.parametrize("text, said", [
+    ('[offload]\nmode = "none"\n[ transformer ]\nquantization = "none"\nquantization = "fp8-cast"\n',
+     "transformer.quantization: set twice (lines 4 and 5)"),  # a header with spaces: not [offload]'s key
+    ('["transformer"]\nquantization = "none"\nquantization = "x"\n', "transformer.quantization: set twice (lines 2 and 3)"),
+    ('[transformer]\nquantization = "none"\ns = """\nquantization = 1\n"""\nquantization = "x"\n',
+     "transformer.quantization: set twice (lines 2 and 6)"),  # not the line inside the string
+    ('[[x]]\na = 1\n[[x]]\na = 1\na = 2\n', "TOML syntax error"),  # an array of tables: the plain error
+])
+def test_a_key_set_twice_is_found_in_its_own_table(tmp_path, text, said):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        prof.read(path)
+    assert said in str(info.value)

@@ -171,24 +171,38 @@ def _hint(path: Path, kind: str) -> str | None:
             "too-large": "a profile is a few hundred bytes of TOML: check that this is the profile's file"}.get(kind)
 
 
+_KEY_LINE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*=")
+_TABLE_LINE = re.compile(r"\s*(\[\[?)\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
 def _set_twice(text: str, line: int | None) -> tuple[str, int] | None:
     """(dotted key, its first line) where line `line` of `text` sets again a plain `key = value` that
-    an earlier line of the same table set; None where that is not what it is."""
+    an earlier line of the same table set; None where that is not surely what it is (the key is
+    checked against what tomllib reads of the lines before)."""
     lines = text.splitlines()
-    if not line or line > len(lines):
+    if not line or line > len(lines) or not (m := _KEY_LINE.match(lines[line - 1])):
         return None
-    def key_of(s: str) -> str | None:
-        m = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", s)
-        return m.group(1) if m else None
-
-    key, table, first = key_of(lines[line - 1]), "", None
+    key, table, first, open_string = m.group(1), (), None, None
     for n, s in enumerate(lines[: line - 1], start=1):
-        header = re.match(r"\s*\[([A-Za-z0-9_.-]+)\]\s*(#.*)?$", s)
-        if header:
-            table, first = header.group(1), None
-        elif key is not None and key_of(s) == key:
+        if open_string:  # a line of a multi-line string
+            open_string = None if s.count(open_string) % 2 else open_string
+            continue
+        if header := _TABLE_LINE.match(s):
+            if header.group(1) == "[[":  # an array of tables: which one is the key's is not this simple
+                return None
+            table, first = tuple(part.strip().strip("\"'") for part in header.group(2).split(".")), None
+        elif (k := _KEY_LINE.match(s)) and k.group(1) == key:
             first = n
-    return (f"{table}.{key}" if table else key, first) if key and first else None
+        open_string = next((q for q in ('"""', "'''") if s.count(q) % 2), None)
+    try:
+        data = tomllib.loads("\n".join(lines[: line - 1]))
+        for part in table:
+            data = data[part]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        return None
+    if first is None or not isinstance(data, dict) or key not in data:
+        return None
+    return ".".join((*table, key)), first
 
 
 def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
