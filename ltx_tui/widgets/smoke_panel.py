@@ -54,6 +54,7 @@ class SmokePanel(Vertical):
         """Said at once when s is pressed, while the checks are being planned (a probe takes seconds)."""
         self._stop_clock()
         self.query_one(DataTable).clear()
+        self.query_one("#smoke-detail").display = False
         self.query_one(ProgressBar).update(total=None, progress=0)  # indeterminate until the checks are known
         self.query_one("#smoke-status", Static).update(Text(f"{message} — press c to cancel", style="cyan"))
 
@@ -64,6 +65,7 @@ class SmokePanel(Vertical):
         self._stop_clock()
         table = self.query_one(DataTable)
         table.clear()
+        self.query_one("#smoke-detail").display = False
         for i, spec in enumerate(specs):
             table.add_row(Text(spec.name), Text("queued", style=STYLE["queued"]), "", "", "", key=str(i))
         bar = self.query_one(ProgressBar)

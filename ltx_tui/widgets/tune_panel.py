@@ -74,6 +74,12 @@ class TunePanel(Vertical):
         yield Static(id="tune-detail")  # the highlighted row's whole reason (its column is cut at 80 wide)
         yield Static(Text(LEGEND, style="dim"), id="tune-legend")
 
+    def _clear(self) -> None:
+        """No rows, and no detail line of one."""
+        self.query_one(DataTable).clear()
+        self._rows = {}
+        self.query_one("#tune-detail").display = False
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         c = self._rows.get(str(event.row_key.value))
         detail = self.query_one("#tune-detail", Static)
@@ -102,8 +108,8 @@ class TunePanel(Vertical):
 
     def start(self, label: str) -> None:
         self._stop_clock()
-        self._done, self._rows = [], {}
-        self.query_one(DataTable).clear()
+        self._done = []
+        self._clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
         self._status(Text(f"tuning {label}: each candidate in a subprocess — press c to cancel"))
 
@@ -145,12 +151,12 @@ class TunePanel(Vertical):
             "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
             "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason), key=key)
 
-    def show(self, tuned: Tuned, note: str = "") -> None:
-        """Every candidate of `tuned`, the chosen values marked; `note` ends the status line."""
+    def show(self, tuned: Tuned, note: str = "", cancelled: bool = False) -> None:
+        """Every candidate of `tuned`, the chosen values marked; `note` ends the status line; `cancelled`:
+        the tune that gave it was (its untimed rows may hold what the cache had)."""
         self._stop_clock()
         self.query_one(ProgressBar).update(total=1, progress=1)  # done (a cached tune's bar sat at 0%)
-        self.query_one(DataTable).clear()
-        self._rows = {}
+        self._clear()
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
@@ -159,7 +165,7 @@ class TunePanel(Vertical):
             self._add_row(c, max(ranked, default=None), chosen.get(c.option) == c.value)
         picked = ", ".join(f"{k} = {v}" for k, v in chosen.items())
         picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
-        cancelled = any(c.reason == "cancelled" for c in tuned.candidates)
+        cancelled = cancelled or any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
         self._status(Text(f"{head}: {picked}{note}", style="green" if chosen and not cancelled else "yellow"))
 
