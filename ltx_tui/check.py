@@ -115,13 +115,13 @@ def render_text(cap: capmod.Capability, profile_label: str, warnings: list[str],
     width = max(len(d.option) for d in decisions)
     for d in decisions:
         status = paint(f"{d.status.value:<8}", _COLOURS[d.status])
-        line = f"  {status} {d.option:<{width}}  {show_value(d.requested)} -> {show_value(d.effective)}"
+        line = f"  {status} {d.option:<{width}}  {show_value(d.requested)} -> {d.effective_text}"
         if len(d.chain) == 1 and d.status is Status.OK:
             out.append(f"{line}   {d.chain[0].reason}")
             continue
         out.append(line)
         for step in d.chain:
-            out.append(f"{'':>12}{show_value(step.value)}: {step.reason}")
+            out.append(f"{'':>12}{step.text}")
         if d.remedy and d.status is not Status.OK:
             out.append(f"{'':>12}fix: {d.remedy}")
     return "\n".join(out) + "\n"

@@ -350,11 +350,21 @@ def test_explain_exits_1_where_the_option_cannot_run_here_as_check_does(capsys):
     assert code == 0 and "(error)" not in out
 
 
+def test_explain_of_a_misspelt_key_gives_its_hint_in_parentheses(capsys):
+    assert main(["--explain", "transformer.quant"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option 'transformer.quant' (did you mean one of 'transformer.quantization', " in err
+    assert "?;" not in err  # it read "did you mean ...?; options: ..."
+
+
 def test_explain_of_an_unused_option_says_unused_not_a_dash(capsys):
     """A user trial: `--explain offload.gpu_slots` printed "2 -> - (ok)" and "-: unused: ..."."""
     assert main(["--explain", "offload.gpu_slots"]) == 0
     out = capsys.readouterr().out
     assert "profile:  2 -> unused (ok)" in out and "\n            unused: offload.mode is none" in out and "-:" not in out
+    main(["--check", "--capability", "cpu"])  # and --check's text
+    out = capsys.readouterr().out
+    assert "offload.gpu_slots               2 -> unused" in out and "1 -> cannot run" in out and " -: " not in out
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -237,8 +237,7 @@ def explain(key: str, plan: Plan) -> str:
     facts = Facts(plan.capability, plan.profile)
     lines = [f"{key}: {spec.help}", f"  values:   {spec.allowed()} (default {show_value(spec.default)})",
              f"  profile:  {show_value(d.requested)} -> {d.effective_text} ({d.status})"]
-    lines += [f"            {s.reason}" if s.value is None else f"            {show_value(s.value)}: {s.reason}"
-              for s in d.chain]
+    lines += [f"            {s.text}" for s in d.chain]
     if d.remedy and d.status is not Status.OK:
         lines.append(f"            fix: {d.remedy}")
     lines.append("  rules:" if spec.rules else "  rules:    none (any value runs)")

@@ -49,6 +49,11 @@ class Step:
     value: Any
     reason: str
 
+    @property
+    def text(self) -> str:
+        """'value: reason', or the reason alone for a step to no value (an option left unused)."""
+        return self.reason if self.value is None else f"{show_value(self.value)}: {self.reason}"
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -127,7 +127,7 @@ class RunShapeForm(Vertical):
 def reason(d: Decision) -> str:
     if d.status is not Status.OK and d.message:
         return d.message + (f"  fix: {d.remedy}" if d.remedy else "")
-    return " ← ".join(f"{show_value(s.value)}: {s.reason}" for s in reversed(d.chain)) if len(d.chain) > 1 \
+    return " ← ".join(s.text for s in reversed(d.chain)) if len(d.chain) > 1 \
         else d.chain[0].reason
 
 
@@ -139,7 +139,7 @@ def detail_text(d: Decision) -> Text:
     text = Text(f"{d.option}: ", style="bold")
     text.append(f"{show_value(d.requested)} → {d.effective_text} ({d.status.value})", style=STATUS_STYLE[d.status])
     for step in d.chain:
-        text.append(f"\n  {step.reason}" if step.value is None else f"\n  {show_value(step.value)}: {step.reason}")
+        text.append(f"\n  {step.text}")
     if d.remedy and d.status is not Status.OK:
         text.append(f"\n  fix: {d.remedy}", style="italic")
     if d.rules:
