@@ -601,7 +601,7 @@ class LtxTuiApp(App):
             self.call_from_thread(panel.start, shapes.label)
             tuned = self.tuner(profile, cap, shapes, lambda d, t, c: self.call_from_thread(panel.progress, d, t, c),
                                cancel)
-            self.call_from_thread(self._tuned_ready, tuned, here)
+            self.call_from_thread(self._tuned_ready, tuned, here, cancel.is_set())
         except Exception as e:
             self.call_from_thread(panel.failed, f"Tune failed: {type(e).__name__}: {e}")
         finally:
@@ -617,11 +617,11 @@ class LtxTuiApp(App):
         return tune(profile, cap, shapes, on_event=on_event, cancel=cancel, fresh=self._tune_fresh,
                     on_wait=lambda message: self.call_from_thread(panel.waiting, message))
 
-    def _tuned_ready(self, tuned: Tuned, here: bool) -> None:
+    def _tuned_ready(self, tuned: Tuned, here: bool, cancelled: bool = False) -> None:
         self.tuned = tuned
         note = "" if here else (" (measured on this machine; the options are validated for "
                                 f"{target_title(self.capability)}, so auto does not follow)")
-        self.query_one(TunePanel).show(tuned, note)
+        self.query_one(TunePanel).show(tuned, note, cancelled)
         self._resolve()
 
     @work(thread=True, group="smoke", exit_on_error=False)

@@ -220,6 +220,8 @@ def test_a_cancelled_fresh_tune_keeps_the_measurements_it_did_not_redo(fake_work
                         fresh=True)
     rows = {(c.option, c.value): c for c in again.candidates}
     assert all(rows[key] == row for key, row in measured.items())
+    failed = ("transformer.attention", "sdpa_flash")  # a failure is kept too: the next tune need not find it again
+    assert rows[failed].status == "failed" and rows[failed] == {(c.option, c.value): c for c in first.candidates}[failed]
     assert load_tuned(cap, shapes.label).chosen() == first.chosen()
 
 

@@ -196,9 +196,10 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
 
 
 def _kept_over_cancelled(tuned: Tuned, earlier: Tuned) -> Tuned:
-    """`tuned` with each row a cancel left untimed taken from `earlier` where that one was measured:
-    a cancelled `--fresh` tune (the app's `U`, then `c`) keeps what it did not time again."""
-    kept = {(c.option, c.value): c for c in earlier.candidates if c.status == "measured"}
+    """`tuned` with each row a cancel left untimed taken from `earlier` where that one has more to say
+    (measured, failed, cut short): a cancelled `--fresh` tune (the app's `U`, then `c`) keeps what it
+    did not time again."""
+    kept = {(c.option, c.value): c for c in earlier.candidates if c.reason != "cancelled"}
     rows = tuple(kept.get((c.option, c.value), c) if c.status == "skipped" and c.reason == "cancelled" else c
                  for c in tuned.candidates)
     return dataclasses.replace(tuned, candidates=rows)
