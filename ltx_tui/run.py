@@ -296,8 +296,8 @@ def runs_main(argv: list[str]) -> int:
     if ledger.skipped and not ledger.records:  # a file, but not a ledger (/etc/passwd exited 0 as an empty one)
         return refuse("ledger", str(ledger.empty_reason()), {"file": path, "problem": "no run record"})
     if ledger.partial:
-        _say(f"ltx-tui runs: {path} is larger than {ledger_mod.LEDGER_LIMIT >> 20} MiB: only its newest "
-             f"{ledger_mod.LEDGER_LIMIT >> 20} MiB were read ({len(ledger.records)} run(s)); older runs are not listed")
+        limit = ledger_mod.size_text(ledger_mod.LEDGER_LIMIT)
+        _say(f"ltx-tui runs: {path} is larger than {limit}: only its newest {limit} were read ({len(ledger.records)} run(s)); older runs are not listed")
     if ledger.skipped:
         _say(f"ltx-tui runs: {ledger.skipped} line(s) of {ledger.path} are not run records and were skipped")
     try:

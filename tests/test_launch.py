@@ -181,6 +181,9 @@ def test_runs_go_by_their_start_not_the_files_order(tmp_path, capsys):
     runs.append(dataclasses.replace(record("20261202-080342-e8ea"), started="2026-12-02T08:03:42+00:00"), path)
     runs.append(dataclasses.replace(record("20261202-075412-dbe1"), started="2026-12-02T07:54:12+00:00"), path)
     assert runs.load(path).find("-1").id == "20261202-080342-e8ea"
+    runs.append(dataclasses.replace(record("20261202-073000-aaaa"), started="2026-12-02T08:30:00+01:00"), path)
+    ledger = runs.load(path)  # 07:30 UTC: the oldest by the instant, the newest by the text
+    assert ledger.find("1").id == "20261202-073000-aaaa" and ledger.find("-1").id == "20261202-080342-e8ea"
     assert main(["runs", "--ledger", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.index("e8ea") < out.index("dbe1")  # newest first

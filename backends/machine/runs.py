@@ -228,7 +228,7 @@ class Ledger:
     def empty_reason(self) -> str | None:
         """Why it lists no run, with what to do; None when it is only empty (no run recorded yet)."""
         if self.skipped:
-            part = f"the {self.skipped} line(s) read (its newest {_size(LEDGER_LIMIT)})" if self.partial else \
+            part = f"the {self.skipped} line(s) read (its newest {size_text(LEDGER_LIMIT)})" if self.partial else \
                 f"its {self.skipped} line(s)"
             return (f"none of {part} is a run record: is {self.path} a run ledger? "
                     "(`ltx-tui run` writes one JSON object a line)")
@@ -254,8 +254,19 @@ class Ledger:
         raise KeyError(f"run {key!r}: no run in {self.path} with that id (`ltx-tui runs` lists them)")
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count as the read limit is said: 16 MiB, or bytes below one MiB."""
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _started(r: RunRecord) -> tuple:
+    """A record's place in time: its start as an instant (a naive time taken as UTC); one that is not an
+    ISO time (a hand-edited ledger) goes first."""
+    try:
+        t = datetime.datetime.fromisoformat(r.started)
+    except ValueError:
+        return (0, 0.0)
+    return (1, (t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)).timestamp())
 
 
 def load(path: Path | None = None) -> Ledger:
@@ -286,5 +297,5 @@ def load(path: Path | None = None) -> Ledger:
     if not records and b"\x00" in data:  # a crash's zero-filled tail after good records is only skipped
         raise FileProblem("holds binary data (NUL bytes) and no run record: not a run ledger "
                           "(one JSON object a line)", "binary")
-    records.sort(key=lambda r: str(r.started))  # by start (lines joined from two ledgers); ties in file order
+    records.sort(key=_started)  # by start (lines joined from two ledgers); ties in file order
     return Ledger(path, tuple(records), skipped, partial=partial)

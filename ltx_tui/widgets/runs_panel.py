@@ -191,7 +191,7 @@ class RunsPanel(Vertical):
             self._status(Text(printable(why) if why else f"{HINT} (ledger {where})", style="yellow" if why else ""))
             self._show_run(None)
             return
-        part = f" (its newest {runs.LEDGER_LIMIT >> 20} MiB)" if ledger.partial else ""
+        part = f" (its newest {runs.size_text(runs.LEDGER_LIMIT)})" if ledger.partial else ""
         self._status(Text(f"{len(ledger.records)} run(s) in {where}{part}{skipped}; R reloads",
                           style="yellow" if skipped else ""))
         wide = bool(self._wide)
