@@ -1096,3 +1096,19 @@ async def test_help_grows_with_the_terminal():
             assert dialog.outer_size.height == rows
             if size[1] == 50:
                 assert table.max_scroll_y == 0  # every key in sight
+
+
+def test_a_wrapped_reason_in_the_chooser_keeps_its_indent():
+    """A user trial: a reason longer than the list wrapped to the list's left edge, under the values."""
+    from rich.console import Console
+
+    from backends.config.rules import Status
+    from ltx_tui.screens.edit import value_prompt
+
+    prompt = value_prompt("flash_attention_3", (Status.ERROR, "needs SM 9.x (here: no CUDA device) and " * 3))
+    console = Console(width=40, record=True, color_system=None)
+    console.print(prompt)
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("flash_attention_3") and len(lines) > 3
+    assert all(line.startswith("   ") for line in lines[1:] if line.strip())
+    assert str(prompt).startswith("flash_attention_3  ✗ error\n   needs SM 9.x")

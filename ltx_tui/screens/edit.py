@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -23,15 +25,33 @@ from ltx_tui.widgets.ordered_input import OrderedInput
 CANCELLED = object()  # what both editors dismiss with when nothing was chosen (None is a value)
 
 
-def value_prompt(value: str, mark: tuple[Status, str] | None, current: bool = False) -> Text:
+class ValuePrompt:
+    """A value's line in the chooser and, indented under it, what it resolves to (wrapped lines keep
+    the indent; a Text's own newline wrapped them to the left edge); `str()` is the plain text."""
+
+    INDENT = 3
+
+    def __init__(self, head: Text, why: Text | None) -> None:
+        self.head, self.why = head, why
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.head
+        if self.why is not None:
+            yield Padding(self.why, (0, 0, 0, self.INDENT))
+
+    def __str__(self) -> str:
+        return self.head.plain + ("" if self.why is None else "\n" + " " * self.INDENT + self.why.plain)
+
+
+def value_prompt(value: str, mark: tuple[Status, str] | None, current: bool = False) -> ValuePrompt:
     text = Text(value, style="bold")
     if current:
         text.append(" (current)", style="cyan")
-    if mark is not None:
-        status, why = mark
-        text.append(f"  {MARK[status] or '✓'} {status.value}", style=STATUS_STYLE[status])
-        text.append(f"\n   {why}", style="dim")
-    return text
+    if mark is None:
+        return ValuePrompt(text, None)
+    status, why = mark
+    text.append(f"  {MARK[status] or '✓'} {status.value}", style=STATUS_STYLE[status])
+    return ValuePrompt(text, Text(why, style="dim"))
 
 
 LIST_ROWS = 20  # the chooser's value list at most, where the terminal has room
