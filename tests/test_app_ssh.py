@@ -102,7 +102,7 @@ async def test_palette_explains_an_option_literally():
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         await run_command(pilot, "explain diffvae.mode", lambda: isinstance(app.screen, ExplainScreen))
-        shown = str(app.screen.query_one("#explanation", Static).render())
+        shown = str(app.screen.query_one("#explanation", Static).content)
         assert shown == explain("diffvae.mode", resolve(app.profile, app.capability)).rstrip("\n")
         assert "diffvae.blackwell-dsl" in shown and "--diffvae-optimization MODE" in shown
         await pilot.press("escape")
@@ -293,3 +293,25 @@ def test_snapshot_120x40(snap_compare, monkeypatch):
     nvml = FakeNvml([fake_gpu(0, procs=[(4242, 40 * GIB)]), fake_gpu(1, procs=NVMLError_NoPermission("x"))])
     monkeypatch.setattr("backends.machine.nvml.process_name", lambda pid, proc: "python -m ltx_pipelines.distilled")
     assert snap_compare(make_app("h200", profile_path="every_key.toml", nvml_module=nvml), terminal_size=(120, 40))
+
+
+def test_explanation_lines_wrap_under_their_own_text():
+    from rich.console import Console
+
+    from ltx_tui.screens.explain import HangingLines
+
+    text = ("transformer.attention: " + "dense attention " * 6 + "\n"
+            "  values:   " + "a, b, c, " * 10 + "\n"
+            "            fix: " + "set it [bold]so[/bold] " * 6 + "\n"
+            "    rule.id   fires  " + "why " * 20)
+    console = Console(width=60, record=True, color_system=None)
+    console.print(HangingLines(text))
+    shown = console.export_text()
+    lines = shown.splitlines()
+    assert str(HangingLines(text)) == text
+    assert "[bold]so[/bold]" in shown  # literal, never markup
+    for prefix, hang in (("transformer.attention: ", 23), ("  values:   ", 12), ("            fix: ", 17),
+                         ("    rule.id", 6)):
+        i = next(n for n, line in enumerate(lines) if line.startswith(prefix))
+        assert lines[i + 1].startswith(" " * hang) and lines[i + 1][hang] != " ", lines
+    assert all(len(line) <= 60 for line in lines), lines

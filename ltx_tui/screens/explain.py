@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
+
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
+
+
+HANG = re.compile(r"(\s*)([\w.\-]+:\s+)?")  # a line's indent and its label ("values:", "fix:", the key)
+
+
+class HangingLines:
+    """Text whose lines wrap under their own text: a line's continuation starts after its indent and
+    label ("  values:   "), or two columns in from its indent where it has no label or the label
+    takes more than half the width (one Text wrapped them all at the left edge); `str()` is the text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(options.max_width, 8)
+        for line in self.text.splitlines():
+            indent, label = HANG.match(line).groups()
+            hang = len(indent) + len(label or "")
+            if not label or hang > width // 2:
+                hang = min(len(indent) + 2, width // 2)
+            wrapped = textwrap.wrap(line, width, subsequent_indent=" " * hang, break_on_hyphens=False)
+            yield Text("\n".join(wrapped or [""]))
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class ExplainScreen(ModalScreen[None]):
@@ -23,7 +52,7 @@ class ExplainScreen(ModalScreen[None]):
         with Vertical(classes="dialog explain"):
             yield Label(Text(f"explain {self.key} (escape closes)", style="bold"))
             with VerticalScroll(id="explain-scroll"):
-                yield Static(Text(self.explanation.rstrip("\n")), id="explanation")
+                yield Static(HangingLines(self.explanation.rstrip("\n")), id="explanation")
 
     def on_mount(self) -> None:
         self.query_one("#explain-scroll").focus()
