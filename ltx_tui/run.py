@@ -141,7 +141,7 @@ def run_main(argv: list[str]) -> int:
     record = outcome.record
     if outcome.multi_gpu:
         return _ranks_done(outcome, args)
-    if not outcome.ran:  # --help, or the module's own argument error: nothing to record
+    if not outcome.ran:  # the module's --help: nothing to record
         return outcome.code
     try:
         path = ledger_mod.append(record, args.ledger)

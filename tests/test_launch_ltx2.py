@@ -246,6 +246,24 @@ def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipe
     assert "disagree with it" in captured.err
 
 
+
+def test_dry_run_says_why_an_option_cannot_run(ltx2_pipelines, tiny, tmp_path):
+    # the plan listed "parallel.gpus = - error" with no reason (--check says it and the fix)
+    from backends.launch import run as launcher
+    from backends.machine.presets import preset
+
+    profile = tmp_path / "p.toml"
+    profile.write_text('[transformer]\nquantization = "fp8-cast"\n')
+    prep = launcher.prepare(str(profile), "ltx_pipelines.distilled", args_for(tiny, "distilled", tmp_path / "x.mp4"),
+                            capability=preset("cpu"), dry_run=True)
+    gpus = prep.plan["parallel.gpus"]
+    assert gpus.status.value == "error"
+    text = launcher.describe(prep)
+    line = next(x for x in text.splitlines() if x.strip().startswith("parallel.gpus"))
+    assert "cannot run" in line and "error" in line, line
+    assert f"{gpus.message} (fix: {gpus.remedy})" in text
+    assert "unused" in next(x for x in text.splitlines() if x.strip().startswith("parallel.devices"))
+
 def test_no_ltxmodel_through_the_builders_means_profile_not_applied(ltx2_pipelines, tiny, tmp_path, monkeypatch):
     """A module that never builds an LTXModel through LTX-2's builders: exit 1, said so."""
     blocks = importlib.import_module("ltx_pipelines.utils.blocks")
@@ -310,6 +328,26 @@ def test_the_modules_own_help_is_not_a_run(ltx2_pipelines, tmp_path, capsys):
     assert "--distilled-checkpoint-path" in capsys.readouterr().out and not ledger.exists()
 
 
+
+
+def test_a_module_that_exits_with_a_message_says_it_and_is_recorded_as_failed(ltx2_pipelines, tmp_path, capsys):
+    # LTX-2's distilled exits with SystemExit("Missing --distilled-checkpoint-path ...") before it builds
+    # anything: the message was swallowed (exit 1, nothing said) and no record was made
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--json", "--", "ltx_pipelines.distilled", "--prompt", "x"]) == 1
+    out, err = capsys.readouterr()
+    assert "Missing --distilled-checkpoint-path" in err
+    record = only_record(ledger)
+    assert record.status == "failed" and record.exit == 1 and "Missing --distilled-checkpoint-path" in record.error
+    assert json.loads(out)["id"] == record.id
+
+
+def test_an_argument_error_of_the_module_is_recorded_as_failed(ltx2_pipelines, tmp_path, capsys):
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 "--distilled-checkpoint-path", str(tmp_path / "none.safetensors"), "--no-such-flag"]) == 2
+    assert "--no-such-flag" in capsys.readouterr().err
+    assert only_record(ledger).status == "failed" and only_record(ledger).exit == 2
 
 def test_sigterm_during_a_run_is_recorded_as_interrupted_and_exits_143(ltx2_pipelines, tiny, tmp_path, monkeypatch):
     import os

@@ -338,8 +338,11 @@ def describe(prep: Prepared) -> str:
              f"LTX-2: ltx-core {prep.versions.get('ltx-core')}, ltx-pipelines {prep.versions.get('ltx-pipelines')}",
              "", "plan (option = effective value, status):"]
     width = max(len(d.option) for d in prep.plan)
-    lines += [f"  {d.option:<{width}} = {toml_value(d.effective) if d.effective is not None else '-':<20} {d.status}"
-              for d in prep.plan]
+    for d in prep.plan:
+        shown = toml_value(d.effective) if d.effective is not None else d.effective_text
+        lines.append(f"  {d.option:<{width}} = {shown:<20} {d.status}")
+        if d.status is not Status.OK and d.message:
+            lines.append(f"  {'':<{width}}   {d.message}" + (f" (fix: {d.remedy})" if d.remedy else ""))
     lines += ["", "LTX-2 flags on the command line:"]
     lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else
                                                            f": exit 2 (drop the flag or change {v.option})")
@@ -488,8 +491,8 @@ class Outcome:
 
     @property
     def ran(self) -> bool:
-        """Whether anything ran (`--help`, or an argument error, builds no model and runs no stage)."""
-        return bool(self.built or self.record.stages or self.rank_records)
+        """Whether anything ran (the module's `--help` builds no model, runs no stage and exits 0)."""
+        return bool(self.built or self.record.stages or self.rank_records or self.code != EXIT_OK)
 
 
 def settle(prep: Prepared, built: list, meter, status: str, code: int, error: str | None) -> tuple[str, int, str | None]:
@@ -526,10 +529,11 @@ def _module_outcome(run: Callable[[], None], module: str, log_error) -> tuple[st
     """Run the module; (status, exit code, error, traceback log) of how it ended."""
     try:
         run()
-    except SystemExit as e:  # the module's own exit (argparse errors exit 2)
+    except SystemExit as e:  # the module's own exit (argparse errors exit 2; sys.exit("message") 1)
         c = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if c != 0:
-            return "failed", c, f"{module} exited with {e.code}", None
+            said = e.code if isinstance(e.code, str) else f"exit status {e.code}"
+            return "failed", c, f"{module} exited: {said}", None
     except KeyboardInterrupt:
         return "interrupted", 130, "interrupted", None
     except Exception as e:
