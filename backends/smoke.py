@@ -229,6 +229,9 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
     probe_model = _Probe(kind, device)
     if kind in LTX2_ONLY and not probe_model.real:
         raise CheckSkipped(f"not checked: {kind} acts on LTX-2's DiT only, and ltx-core is not importable here")
+    if kind == "diffvae_layout" and not probe_model.real:  # ltx-tui's NA blocks have no layout to lay out
+        raise CheckSkipped(f"not checked: diffvae.mode = {args.get('mode')} lays out LTX-2's DiffusionVideoDecoder, "
+                           "and ltx-core is not importable here (the na3d check tests the NA backend)")
     model = probe_model.model
     reference = copy.deepcopy(model)
     if kind in ("diffvae_layout", "na_backend"):

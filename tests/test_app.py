@@ -733,6 +733,7 @@ async def test_tune_cancels_and_measurements_of_this_machine_do_not_steer_a_pres
         assert str(table.get_row_at(2)[4]) == "skipped" and str(table.get_row_at(2)[8]) == "cancelled"
         status = str(app.query_one("#tune-status", Static).render())
         assert "auto does not follow" in status and status.startswith("cancelled")
+        assert (bar.progress, bar.total) == (2, 3)  # it filled to 100% with the third never measured
         d = next(d for d in app.decisions if d.option == "diffvae.na_backend")
         assert "fastest measured here" not in d.chain[-1].reason and "prior" in d.chain[-1].reason
         await pilot.press("c")  # nothing left to cancel: said so, nothing breaks

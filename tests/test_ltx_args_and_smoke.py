@@ -276,3 +276,17 @@ def test_cli_ltx_args_that_cannot_run_say_why_on_stderr(capsys, tmp_path):
     assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args", "--strict"]) == 1
     err = capsys.readouterr().err
     assert "cannot run here" not in err and "exit 1: --strict counts the fallbacks and warnings above" in err
+
+
+@pytest.mark.parametrize("mode", ["combined_compile", "chunked_eager"])
+def test_a_decoder_layout_is_not_passed_where_ltx2s_decoder_is_not_there(monkeypatch, mode):
+    # without ltx-core the layout check ran ltx-tui's NA blocks, which have no layout: a green pass of
+    # a layout nothing exercised (combined_compile "passed" with no compile at all)
+    from backends import smoke
+    from backends.runtime import ltx2
+
+    plan = resolve(P(diffvae__mode=mode, diffvae__na_backend="eager_sdpa"), preset("cpu"))
+    spec = {s.kind: s for s in plan_checks(plan)}["diffvae_layout"]
+    monkeypatch.setattr(ltx2, "import_ltx_core", lambda: (None, "ltx-core is not installed"))
+    with pytest.raises(smoke.CheckSkipped, match="ltx-core is not importable"):
+        smoke._check_step("diffvae_layout", "cpu", spec.params["profile"], spec.params["steps"], spec.params["bound"])

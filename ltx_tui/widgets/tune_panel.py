@@ -155,7 +155,10 @@ class TunePanel(Vertical):
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line; `cancelled`:
         the tune that gave it was (its untimed rows may hold what the cache had)."""
         self._stop_clock()
-        self.query_one(ProgressBar).update(total=1, progress=1)  # done (a cached tune's bar sat at 0%)
+        # the candidates measured or refused, not those a cancel left (a cached tune's bar sat at 0%)
+        ended = sum(c.reason != "cancelled" for c in tuned.candidates)
+        self.query_one(ProgressBar).update(total=max(len(tuned.candidates), 1),
+                                           progress=ended if tuned.candidates else 1)
         self._clear()
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
