@@ -166,7 +166,11 @@ def test_without_measurements_auto_is_the_prior_and_a_pinned_value_is_kept():
     plan = resolve(Profile(), cap)
     assert plan[MODE].effective == "chunked_eager" and "prior, not measured here" in plan[MODE].chain[-1].reason
     assert plan[COMPILE].effective is False and "compiled" not in plan[COMPILE].chain[-1].reason
+    assert plan[MODE].chain[-1].reason.count("--tune measures it") == 1
     assert plan["compile.mode"].effective is None  # unused: auto runs eager
+    cpu = resolve(Profile(), preset("cpu"))  # --tune leaves the compiled values out on the CPU: said so
+    for option in (MODE, COMPILE):
+        assert "--tune measures it on a CUDA GPU, not on the CPU" in cpu[option].chain[-1].reason
     pinned = resolve(Profile().replace(**{MODE: "combined_compile", COMPILE: True}), cap, whole_run(cap))
     assert pinned[MODE].effective == "combined_compile" and pinned[COMPILE].effective is True
     assert "auto" not in pinned[MODE].chain[-1].reason

@@ -331,7 +331,7 @@ def diffvae_auto(f: Facts) -> tuple[DiffVAEMode, str]:
     combined_compile without natten: LTX-2's own pipeline raises for it, so its flags could not carry it)."""
     mode, why = auto_choice("diffvae.mode", f.tuned, length_of(f.tuned, f.length),
                             lambda v: v != "auto" and not value("diffvae.mode", v).needs
-                            and (v != DiffVAEMode.COMBINED_COMPILE.value or _natten_usable(f)))
+                            and (v != DiffVAEMode.COMBINED_COMPILE.value or _natten_usable(f)), f.cuda)
     return DiffVAEMode(mode), why
 
 
@@ -343,7 +343,7 @@ def compiles(f: Facts) -> tuple[bool, str | None]:
     # never compiled under sequence parallelism by auto: LTX-2's own *_mgpu CLI would trap in its all2all
     # barrier on the first compiled step (rule parallel.compile-barrier; asked for, `ltx-tui run` copes)
     enabled, why = auto_choice("compile.enabled", f.tuned, length_of(f.tuned, f.length),
-                               lambda v: v == "false" or not f.multi)
+                               lambda v: v == "false" or not f.multi, f.cuda)
     return enabled == "true", why
 
 

@@ -30,9 +30,9 @@ DISTILLED_FORWARDS = 8 + 3
 PRIOR = {"diffvae.mode": "chunked_eager", "compile.enabled": "false"}
 PRIOR_WHY = {
     "diffvae.mode": "prior, not measured here: a compiled layout's first decode compiles (34.5 s on the H200, 6.6 s "
-                    "cached) to save 0.59 s a decode; --tune measures it",
+                    "cached) to save 0.59 s a decode",
     "compile.enabled": "prior, not measured here: compiling the DiT's blocks takes 10.5 s on the H200 (2.0 s cached) "
-                       "to save 0.09 s a forward; --tune measures it",
+                       "to save 0.09 s a forward",
 }
 
 
@@ -97,13 +97,15 @@ def counted(option: str, c: Candidate) -> bool:
 
 
 def auto_choice(option: str, tuned: Tuned | None, length: RunLength,
-                runnable: Callable[[str], bool] = lambda v: True) -> tuple[str, str]:
+                runnable: Callable[[str], bool] = lambda v: True, cuda: bool = True) -> tuple[str, str]:
     """(the value `auto` picks for `option`, why): the measured value (that `runnable` allows) with
-    the shortest run of `length`, else the prior."""
+    the shortest run of `length`, else the prior (`cuda`: whether --tune times the compiled values
+    here; on the CPU it leaves them out)."""
     calls = length.calls(option)
     ranked = [c for c in (tuned.ranked(option, calls) if tuned else []) if counted(option, c) and runnable(c.value)]
     if not ranked:
-        return PRIOR[option], PRIOR_WHY[option]
+        return PRIOR[option], PRIOR_WHY[option] + ("; --tune measures it" if cuda else
+                                                   "; --tune measures it on a CUDA GPU, not on the CPU")
     best, rest = ranked[0], ranked[1:]
     why = f"fastest measured here ({tuned.shapes}): {cost_text(best, option, calls)}"
     if rest:
