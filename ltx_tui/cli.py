@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--output goes with --check --ltx-args or --tune")
     if args.output == "":
         parser.error("--output was given an empty path; name a file (/dev/stdout prints)")
-    refuse_empty(parser, args, ("explain", "capability", "ledger"))
+    refuse_empty(parser, args, ("explain", "capability", "ledger", "profile"))
     if args.force and not args.output:
         parser.error("--force goes with --output")
     tune_only = [f"--{n}" for n in ("budget", "options", "runs") if getattr(args, n) is not None] + \

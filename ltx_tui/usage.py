@@ -12,7 +12,8 @@ EXIT_USAGE = 2  # every ltx-tui command's exit code for a usage error or a file 
 
 WANTED = {"explain": "an option key, one of " + ", ".join(OPTIONS_BY_KEY),
           "capability": "a preset id (--list-capabilities) or a capability JSON file, or leave it out for this machine",
-          "ledger": "a JSONL file, or leave --ledger out for the default"}
+          "ledger": "a JSONL file, or leave --ledger out for the default",
+          "profile": "a TOML profile file, or leave --profile out for the default profile"}
 
 
 def refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:

@@ -301,14 +301,19 @@ def test_strict_fails_on_a_profile_warning(capsys, tmp_path):
 
 
 def test_an_empty_profile_path_is_a_usage_error(capsys):
-    code, _, err = run(capsys, "--check", "--profile", "", "--capability", "h200")
-    assert code == 2 and "profile" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--check", "--profile", "", "--capability", "h200"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--profile was given an empty value" in err and "usage:" in err
+    with pytest.raises(SystemExit):
+        main(["--check", "--json", "--profile", "", "--capability", "h200"])
+    assert json.loads(capsys.readouterr().out)["error"]["kind"] == "usage"  # as an empty --capability's
 
 
 def test_an_empty_profile_path_is_a_usage_error_for_the_app_too(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--profile", ""])
-    assert e.value.code == 2 and "empty path" in capsys.readouterr().err
+    assert e.value.code == 2 and "empty value" in capsys.readouterr().err
 
 
 def test_a_json_usage_error_names_file_line_key_and_problem(capsys, tmp_path):
