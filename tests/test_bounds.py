@@ -64,6 +64,8 @@ def test_the_value_editor_refuses_out_of_range_and_unconvertible_numbers():
     with pytest.raises(ValueError) as e:
         parse_value(gpus, too_long)
     assert len(str(e.value)) < 120 and "is not an integer >= 1 and <= 64" in str(e.value)
+    with pytest.raises(ValueError, match=r"^parallel.gpus: 'x' is not"):  # named, as an out-of-range value is
+        parse_value(gpus, "x")
 
 
 async def test_typing_a_huge_value_in_the_app_is_an_editor_error():

@@ -132,7 +132,7 @@ def parse_value(spec: OptionSpec, text: str) -> Any:
             value = int(text) if spec.kind is Kind.INT else float(text)
     except ValueError:  # not a number, or more digits than int() converts (4300)
         shown = repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "...")
-        raise ValueError(f"{shown} is not {spec.allowed()}") from None
+        raise ValueError(f"{spec.key}: {shown} is not {spec.allowed()}") from None
     return spec.convert(value)
 
 
