@@ -285,6 +285,11 @@ def test_run_needs_a_module(capsys):
         main(["run", "--profile", "p.toml"])
     assert e.value.code == 2
     assert "after `--`" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # the module without `--`: "unrecognized arguments: ltx_pipelines..."
+        main(["run", "--dry-run", "ltx_pipelines.distilled", "--prompt", "x"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "put `--` before the pipeline module" in err
+    assert "ltx-tui run --dry-run -- ltx_pipelines.distilled --prompt x" in err
 
 
 @pytest.mark.parametrize("module, words", [
