@@ -28,6 +28,7 @@ from backends.tune.run import can_time, cpu_refusal, fits_cpu, tune
 TUNE_SCHEMA_VERSION = 1
 # the tuned options that have an auto value
 AUTO_OPTIONS = ("diffvae.na_backend", "transformer.attention", "compile.enabled", "diffvae.mode")
+AUTO_WORD = {"transformer.attention": "automatic"}  # the value that lets the plan choose, where not "auto"
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
 
 
@@ -219,7 +220,7 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
           file=stdout)
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
-        print(f"auto:   {option} auto -> {show_value(value)} ({why})", file=stdout)
+        print(f"auto:   {option} {AUTO_WORD.get(option, 'auto')} -> {show_value(value)} ({why})", file=stdout)
     print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note})" + "".join(f"; {n}" for n in tuned.notes),
           file=stdout)
     return code

@@ -298,3 +298,18 @@ def test_on_a_cpu_the_note_sends_a_big_run_to_the_gpu_machine():
     assert not can_time(cpu, DEFAULT_RUN) and can_time(gpu, DEFAULT_RUN)
     assert "on the GPU machine (this one cannot time it)" in tuned_note(tiny, None, can_time(cpu, DEFAULT_RUN))
     assert "GPU machine" not in tuned_note(tiny, None, can_time(gpu, DEFAULT_RUN))
+
+
+def test_tune_report_names_attentions_own_word_for_auto():
+    # it printed "transformer.attention auto -> ...", a value that option does not have ("automatic")
+    import io
+
+    from ltx_tui.tune import RunShapes, _report
+
+    cap = live()
+    tuned = T(cap, ("transformer.attention", "sdpa_cudnn", "measured", 40.0, 1e-3),
+              ("transformer.attention", "sdpa_flash", "measured", 80.0, 1e-3))
+    out = io.StringIO()
+    _report(tuned, RunShapes(768, 512, 121, 1), ("transformer.attention",), {"transformer.attention": "sdpa_cudnn"},
+            1.0, False, out, 0, "measured")
+    assert "auto:   transformer.attention automatic -> sdpa_cudnn (" in out.getvalue()
