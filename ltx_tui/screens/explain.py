@@ -50,7 +50,7 @@ class ExplainScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog explain"):
-            yield Label(Text(f"explain {self.key} (escape closes)", style="bold"))
+            yield Label(Text(f"explain {self.key} (↑ ↓ pgup pgdn scroll, escape closes)", style="bold"))
             with VerticalScroll(id="explain-scroll"):
                 yield Static(HangingLines(self.explanation.rstrip("\n")), id="explanation")
 
