@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return list_capabilities()
     if args.explain:
+        ignored = [f"--{n.replace('_', '-')}" for n in ("json", "strict", "smoke", "ltx_args") if getattr(args, n)]
+        if ignored:  # it printed the text and took none of them
+            parser.error(f"--explain prints text and takes no {', '.join(ignored)} (they go with --check)")
         from ltx_tui.check import explain_option
 
         return explain_option(args.explain, profile_path=args.profile, capability=args.capability, gpus=args.gpus)

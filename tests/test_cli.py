@@ -424,3 +424,12 @@ def test_numbers_are_ascii_digits(capsys, argv, says):
         main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and says in err and "_positive_int" not in err
+
+
+@pytest.mark.parametrize("extra", [["--json"], ["--check", "--json"], ["--smoke"]])
+def test_explain_refuses_the_flags_it_would_ignore(capsys, extra):
+    # `--explain KEY --json` printed the text and exited 0, the --json silently dropped
+    with pytest.raises(SystemExit) as e:
+        main(["--explain", "diffvae.mode", *extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--explain prints text and takes no" in err and extra[-1] in err
