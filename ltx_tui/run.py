@@ -83,10 +83,13 @@ def run_main(argv: list[str]) -> int:
     else:
         own, rest = argv, []
     parser = _run_parser()
-    module_at = next((i for i, a in enumerate(own) if a.startswith("ltx_pipelines")), None)
-    if not rest and module_at is not None:  # argparse said only "unrecognized arguments"
-        parser.error("put `--` before the pipeline module and its arguments: "
-                     + shlex.join(["ltx-tui", "run", *own[:module_at], "--", *own[module_at:]]))
+    if not rest:  # the module without `--`: argparse said only "unrecognized arguments"
+        _, extra = parser.parse_known_args(own)
+        module = next((a for a in extra if a.startswith("ltx_pipelines.")), None)
+        if module is not None:
+            at = own.index(module)
+            parser.error("put `--` before the pipeline module and its arguments: "
+                         + shlex.join(["ltx-tui", "run", *own[:at], "--", *own[at:]]))
     args = parser.parse_args(own)
     refuse_empty(parser, args, ("ledger",))
     if not rest:

@@ -84,7 +84,8 @@ def to_json(tuned: Tuned, shapes: RunShapes, seconds: float, reused: int, auto: 
 
 def usage_json(message: str) -> str:
     """`--tune --json`'s answer to a usage error (exit 2)."""
-    return json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "exit_code": EXIT_USAGE})
+    return json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION, "error": message,
+                       "exit_code": EXIT_USAGE})
 
 
 def run_tune(*, profile_path: str | None, capability: str | None, resolution: str, frames: int, batch: int,
@@ -134,7 +135,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     def refuse(message: str) -> int:
         print(f"ltx-tui: --tune: {message}. `auto` keeps its built-in choices for this machine.", file=stderr)
         if as_json:
-            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "error": message, "shapes": shapes.to_dict(),
+            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
+                              "error": message, "shapes": shapes.to_dict(),
                               "exit_code": EXIT_NOTHING}), file=stdout)
         return EXIT_NOTHING
 

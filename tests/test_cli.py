@@ -182,8 +182,9 @@ def test_a_tune_usage_error_under_json_prints_the_tunes_json(capsys, argv, said)
     except SystemExit as e:
         code = e.code
     data = json.loads(capsys.readouterr().out)
-    assert code == 2 and set(data) == {"schema_version", "error", "exit_code"}
+    assert code == 2 and set(data) == {"schema_version", "tool_version", "error", "exit_code"}
     assert data["exit_code"] == 2 and isinstance(data["error"], str) and said in data["error"]
+    assert data["tool_version"]  # as in every other JSON ltx-tui prints
     assert data["schema_version"] == TUNE_SCHEMA_VERSION
 
 

@@ -290,6 +290,9 @@ def test_run_needs_a_module(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and "put `--` before the pipeline module" in err
     assert "ltx-tui run --dry-run -- ltx_pipelines.distilled --prompt x" in err
+    with pytest.raises(SystemExit):  # a profile named like a module is the profile, not the module
+        main(["run", "--profile", "ltx_pipelines.toml"])
+    assert "after `--`" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module, words", [
