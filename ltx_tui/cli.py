@@ -213,8 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     timeout = SMOKE_TIMEOUT if args.timeout is None else args.timeout
     if args.gpus is not None and not (args.check or args.explain) or args.gpus is not None and args.tune:
         parser.error("--gpus goes with --check or --explain (parallel.gpus for the check)")
-    if args.profile == "" and not args.check:  # --check says it in its JSON too
-        parser.error("--profile was given an empty path; name a TOML profile file, or leave --profile out")
     if args.tune:
         if args.check or args.explain or args.smoke or args.ltx_args or args.strict:
             parser.error("--tune runs on its own (with --profile, --resolution, --frames, --batch, --budget, "
@@ -227,14 +225,17 @@ def main(argv: list[str] | None = None) -> int:
                         frames=args.frames or DEFAULT_RUN.frames, batch=args.batch or DEFAULT_RUN.batch,
                         budget=args.budget or DEFAULT_BUDGET, options=args.options, runs=args.runs,
                         fresh=args.fresh, as_json=args.json, output=args.output)
+    if args.explain:
+        ignored = [f"--{n.replace('_', '-')}" for n in ("check", "json", "strict", "smoke", "ltx_args", "resolution",
+                                                         "frames", "batch", "list_capabilities") if getattr(args, n)]
+        if ignored:  # it printed the text and took none of them
+            parser.error(f"--explain runs on its own (with --profile, --capability, --gpus): it takes no "
+                         f"{', '.join(ignored)}")
     if args.list_capabilities:
         from ltx_tui.check import list_capabilities
 
         return list_capabilities()
     if args.explain:
-        ignored = [f"--{n.replace('_', '-')}" for n in ("json", "strict", "smoke", "ltx_args") if getattr(args, n)]
-        if ignored:  # it printed the text and took none of them
-            parser.error(f"--explain prints text and takes no {', '.join(ignored)} (they go with --check)")
         from ltx_tui.check import explain_option
 
         return explain_option(args.explain, profile_path=args.profile, capability=args.capability, gpus=args.gpus)

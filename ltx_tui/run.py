@@ -85,13 +85,13 @@ def run_main(argv: list[str]) -> int:
     parser = _run_parser()
     if not rest:  # the module without `--`: argparse said only "unrecognized arguments"
         _, extra = parser.parse_known_args(own)
-        module = next((a for a in extra if a.startswith("ltx_pipelines.")), None)
-        if module is not None:
-            at = own.index(module)
-            parser.error("put `--` before the pipeline module and its arguments: "
-                         + shlex.join(["ltx-tui", "run", *own[:at], "--", *own[at:]]))
+        if extra and extra[0].startswith("ltx_pipelines."):  # ltx-tui's own options first, the module's after
+            taken = own[:len(own) - len(extra)] if own[len(own) - len(extra):] == extra else None
+            parser.error("put `--` before the pipeline module and its arguments"
+                         + (": " + shlex.join(["ltx-tui", "run", *taken, "--", *extra]) if taken is not None else
+                            " (ltx-tui run's own options before it)"))
     args = parser.parse_args(own)
-    refuse_empty(parser, args, ("ledger",))
+    refuse_empty(parser, args, ("ledger", "profile"))
     if not rest:
         parser.error("give the pipeline module after `--`, e.g. "
                      "ltx-tui run --profile P.toml -- ltx_pipelines.distilled --distilled-checkpoint-path ...")

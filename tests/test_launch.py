@@ -293,6 +293,13 @@ def test_run_needs_a_module(capsys):
     with pytest.raises(SystemExit):  # a profile named like a module is the profile, not the module
         main(["run", "--profile", "ltx_pipelines.toml"])
     assert "after `--`" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # run's own option after the module: not handed to LTX-2's argparse
+        main(["run", "ltx_pipelines.distilled", "--prompt", "x", "--dry-run"])
+    err = capsys.readouterr().err
+    assert "put `--` before" in err and "-- ltx_pipelines.distilled --prompt x --dry-run" not in err
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--profile", "", "--", "ltx_pipelines.distilled"])
+    assert e.value.code == 2 and "--profile was given an empty value" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module, words", [
@@ -524,3 +531,16 @@ def test_runs_escapes_the_ledgers_control_characters(tmp_path, capsys):
     assert "  error: bad \\x1b[1mthing\n         line two" in capsys.readouterr().out
     assert main(["runs", "--ledger", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["module"] == "ltx_pipelines.\x1b[32mGREEN"
+
+
+@pytest.mark.parametrize("code, status, exit_, said", [
+    ("Missing --x", "failed", 1, "m exited: Missing --x"), ("", "failed", 1, "m exited: exit status 1"),
+    (True, "failed", 1, "m exited: exit status 1"), (["a"], "failed", 1, "m exited: ['a']"),
+    (3, "failed", 3, "m exited: exit status 3"), (None, "ok", 0, None), (0, "ok", 0, None)])
+def test_a_modules_own_exit_is_read_as_python_reads_it(code, status, exit_, said):
+    from backends.launch.run import _module_outcome
+
+    def run():
+        raise SystemExit(code)
+    got = _module_outcome(run, "m", None)
+    assert got[:3] == (status, exit_, said) and type(got[1]) is int

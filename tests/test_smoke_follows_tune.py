@@ -48,7 +48,8 @@ async def test_app_smoke_after_a_tune_passes_every_row():
                 break
         rows = [[str(c) for c in table.get_row(str(k))] for k in range(table.row_count)]
         assert "attention pytorch" in [r[0] for r in rows]
-        assert all(r[1] == "pass" for r in rows), rows
+        # a decoder layout is LTX-2's: skipped, not failed, where ltx-core cannot be imported
+        assert all(r[1] == "pass" or r[1] == "skipped" and r[0].startswith("diffvae") for r in rows), rows
 
 
 def test_value_marks_follow_the_tune_cache():

@@ -530,9 +530,9 @@ def _module_outcome(run: Callable[[], None], module: str, log_error) -> tuple[st
     try:
         run()
     except SystemExit as e:  # the module's own exit (argparse errors exit 2; sys.exit("message") 1)
-        c = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        c = int(e.code) if isinstance(e.code, int) else (0 if e.code is None else 1)  # as Python's exit
         if c != 0:
-            said = e.code if isinstance(e.code, str) else f"exit status {e.code}"
+            said = f"exit status {c}" if isinstance(e.code, int) or str(e.code) == "" else str(e.code)
             return "failed", c, f"{module} exited: {said}", None
     except KeyboardInterrupt:
         return "interrupted", 130, "interrupted", None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import textwrap
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,20 +20,27 @@ HANG = re.compile(r"(\s*)([\w.\-]+:\s+)?")  # a line's indent and its label ("va
 class HangingLines:
     """Text whose lines wrap under their own text: a line's continuation starts after its indent and
     label ("  values:   "), or two columns in from its indent where it has no label or the label
-    takes more than half the width (one Text wrapped them all at the left edge); `str()` is the text."""
+    takes more than half the width (one Text wrapped them all at the left edge). Wrapped by terminal
+    cells (wide characters count two), tabs expanded; `str()` is the text."""
 
     def __init__(self, text: str) -> None:
         self.text = text
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = max(options.max_width, 8)
-        for line in self.text.splitlines():
+        width = max(options.max_width, 1)
+        for line in self.text.expandtabs().splitlines():
             indent, label = HANG.match(line).groups()
-            hang = len(indent) + len(label or "")
-            if not label or hang > width // 2:
-                hang = min(len(indent) + 2, width // 2)
-            wrapped = textwrap.wrap(line, width, subsequent_indent=" " * hang, break_on_hyphens=False)
-            yield Text("\n".join(wrapped or [""]))
+            head = len(indent) + len(label or "")
+            hang = head if label and head <= width // 2 else min(len(indent) + 2, width // 2)
+            first, rest = (line[:head], line[head:]) if head <= hang else (line[:hang], line[hang:])
+            if not rest.strip() or cell_len(line) <= width:
+                yield Text(line)
+                continue
+            wrapped = Text(rest).wrap(console, max(width - hang, 1), overflow="fold")
+            out = Text(first)  # at most `hang` wide: the first part fits beside it as the rest do
+            for i, part in enumerate(wrapped):
+                out.append_text(part if i == 0 else Text("\n" + " " * hang) + part)
+            yield out
 
     def __str__(self) -> str:
         return self.text
@@ -50,7 +57,7 @@ class ExplainScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog explain"):
-            yield Label(Text(f"explain {self.key} (↑ ↓ pgup pgdn scroll, escape closes)", style="bold"))
+            yield Label(Text(f"explain {self.key} (↑ ↓ pgup pgdn scroll; escape, enter or q closes)", style="bold"))
             with VerticalScroll(id="explain-scroll"):
                 yield Static(HangingLines(self.explanation.rstrip("\n")), id="explanation")
 

@@ -11,12 +11,12 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
 
-from backends.smoke import CheckResult, CheckSpec, summary
+from backends.smoke import NOT_FAILED, CheckResult, CheckSpec, summary
 from ltx_tui.widgets.wide_table import WideTable
 
 COLUMNS = ("check", "status", "seconds", "max error", "message")
 STYLE = {"pass": "green", "fail": "red", "error": "red", "timeout": "red", "cancelled": "yellow", "running": "cyan",
-         "queued": "dim", "not run": "dim"}
+         "queued": "dim", "not run": "dim", "skipped": "dim"}
 
 
 class SmokePanel(Vertical):
@@ -129,7 +129,7 @@ class SmokePanel(Vertical):
         for index in range(len(results), total):  # rows the run never reached
             table.update_cell(str(index), "status", Text("not run", style=STYLE["not run"]), update_width=True)
         bad = any(r.status in ("fail", "error", "timeout") for r in results)
-        style = "red" if bad else "yellow" if len(results) < total or any(r.status != "pass" for r in results) \
+        style = "red" if bad else "yellow" if len(results) < total or any(r.status not in NOT_FAILED for r in results) \
             else "green"
         self.query_one("#smoke-status", Static).update(Text(summary(results, total) + getattr(self, "note", ""),
                                                             style=style))
