@@ -24,8 +24,8 @@ EPILOG = """commands:
 exit codes (--check, --explain):
   0  runnable as asked (fallbacks and warnings are reported)
   1  some option cannot run here (--explain KEY: KEY cannot); with --strict also any fallback or warning;
-     with --smoke also any smoke check that did not pass; with --resolution/--frames/--batch
-     also a run whose predicted memory peak does not fit the GPU's free memory
+     with --smoke also any smoke check that did not pass (skipped ones do not count); with
+     --resolution/--frames/--batch also a run whose predicted memory peak does not fit the GPU's free memory
   2  usage error, a profile / capability file that cannot be read, or an --output FILE that
      cannot be written as asked (an existing file needs --force; never the --profile file)
   3  internal error (one line on stderr, the traceback in the log file it names)
