@@ -82,10 +82,10 @@ def to_json(tuned: Tuned, shapes: RunShapes, seconds: float, reused: int, auto: 
             "chosen": tuned.chosen(run_calls(tuned)), "auto": auto, "notes": list(tuned.notes), "exit_code": code}
 
 
-def usage_json(message: str) -> str:
-    """`--tune --json`'s answer to a usage error (exit 2)."""
+def usage_json(message: str, code: int = EXIT_USAGE, **extra) -> str:
+    """`--tune --json`'s answer to a usage error (exit 2), or with `code` to a tune it refuses."""
     return json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION, "error": message,
-                       "exit_code": EXIT_USAGE})
+                       **extra, "exit_code": code})
 
 
 def run_tune(*, profile_path: str | None, capability: str | None, resolution: str, frames: int, batch: int,
@@ -135,9 +135,7 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     def refuse(message: str) -> int:
         print(f"ltx-tui: --tune: {message}. `auto` keeps its built-in choices for this machine.", file=stderr)
         if as_json:
-            print(json.dumps({"schema_version": TUNE_SCHEMA_VERSION, "tool_version": profmod.TOOL_VERSION,
-                              "error": message, "shapes": shapes.to_dict(),
-                              "exit_code": EXIT_NOTHING}), file=stdout)
+            print(usage_json(message, EXIT_NOTHING, shapes=shapes.to_dict()), file=stdout)
         return EXIT_NOTHING
 
     no_gpu = _no_gpu_seen(shapes)  # shapes too big for a CPU and no GPU at all: said before importing torch

@@ -32,7 +32,7 @@ class HangingLines:
             indent, label = HANG.match(line).groups()
             head = len(indent) + len(label or "")
             hang = head if label and head <= width // 2 else min(len(indent) + 2, width // 2)
-            first, rest = (line[:head], line[head:]) if head <= hang else (line[:hang], line[hang:])
+            first, rest = line[:min(head, hang)], line[min(head, hang):]
             if not rest.strip() or cell_len(line) <= width:
                 yield Text(line)
                 continue
