@@ -22,7 +22,7 @@ from backends.config.run_length import UNIT, auto_choice, length_of, run_calls
 from backends.machine import capability as capmod
 from backends.machine.nvml import NvmlSession
 from backends.machine.tuned import RUNNING, Candidate, Tuned, load_quick
-from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS
+from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS, timed_compiled
 from backends.tune.run import can_time, cpu_refusal, fits_cpu, tune
 
 TUNE_SCHEMA_VERSION = 1
@@ -125,7 +125,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
         if hit is not None and runs in (None, hit.runs) and complete(hit, keys):  # another --runs: stored below
             asked = [o for o in AUTO_OPTIONS if o in keys and str(profile.get(o)) in ("auto", "automatic")]
             auto = {o: _auto_value(o, v) for o, v in hit.chosen(run_calls(hit)).items() if o in asked and o not in UNIT}
-            decided = {o: auto_choice(o, hit, length_of(hit, None)) for o in asked if o in UNIT}  # as the plan
+            decided = {o: auto_choice(o, hit, length_of(hit, None), cuda=timed_compiled(hit))  # as the plan
+                       for o in asked if o in UNIT}
             auto.update({o: _auto_value(o, v) for o, (v, _) in decided.items()})
             reasons = {o: why for o, (_, why) in decided.items()}
             cached = sum(c.status != "skipped" for c in hit.candidates if c.option in keys)

@@ -364,6 +364,9 @@ def test_a_cached_rerun_reports_the_same_auto_as_the_fresh_one(capsys, monkeypat
     assert cached["from_cache"] > 0 and fresh["auto"] == cached["auto"]
     assert {k: fresh["auto"][k] for k in ("compile.enabled", "diffvae.mode")} == {
         "compile.enabled": False, "diffvae.mode": "chunked_eager"}
+    assert main(args[:-1]) == 0  # the text, from the cache: its reasons as the fresh tune's (found on this CPU)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("auto:")]
+    assert sum("--tune measures it on a CUDA GPU, not on the CPU" in line for line in lines) == 2, lines
 
 
 @pytest.mark.ltx2

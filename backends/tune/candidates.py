@@ -19,6 +19,7 @@ from backends.config.plan import first_device, resolve
 from backends.config.rules import Facts, Status, natten_kernel_check
 from backends.config.run_length import UNIT
 from backends.machine.capability import Capability
+from backends.machine.tuned import Tuned
 
 # The options whose values change speed, cheapest to time first. compile.enabled and diffvae.mode
 # build and compile real LTX-2 modules (a DiT block pair, the full-size decoder); compile.mode
@@ -35,6 +36,13 @@ SLOW = {("diffvae.na_backend", "natten:flex-fna", True): "flex-fna materialises 
         "the fused kernels at DiffVAE shapes (rule natten.flex-slow); auto never picks it on CUDA",
         ("compile.enabled", "true", False): _CPU_COMPILE, ("diffvae.mode", "chunked_compile", False): _CPU_COMPILE,
         ("diffvae.mode", "combined_compile", False): _CPU_COMPILE}
+
+
+def timed_compiled(tuned: Tuned) -> bool:
+    """Whether the tune that made `tuned` could time the compiled values (not on a CPU, where it leaves them out)."""
+    return not any(c.status == "skipped" and c.reason == _CPU_COMPILE for c in tuned.candidates)
+
+
 # Values the default set leaves out (`--options diffvae.mode` or `all` times them).
 NOT_BY_DEFAULT = {("diffvae.mode", "combined_compile"): "not in the default set: on the H200 it decoded slower than "
                   "chunked_compile at 1.7x its decode memory (bench/RESULTS.md, \"bench/ltx2_decode.py\"); "
