@@ -177,6 +177,42 @@ async def test_the_tune_and_smoke_tabs_show_the_highlighted_rows_whole_reason():
         assert not app.query_one("#smoke-detail").display and not app.query_one("#tune-detail").display
 
 
+async def test_a_wide_tune_table_cuts_its_reasons_to_the_width_instead_of_scrolling():
+    """A user trial at 200 columns: the reason column was as wide as the longest reason, so the table
+    scrolled sideways there too; it now takes what the other columns leave (the detail line has it whole),
+    and gets it back when the terminal widens."""
+    from textual.widgets import DataTable
+
+    from backends.machine.tuned import Candidate, Tuned
+    from ltx_tui.widgets.tune_panel import REASON_CELLS, TunePanel
+
+    long = "not in the default set: on the H200 it decoded slower than chunked_compile at 1.7x its decode memory " * 3
+    rows = (Candidate("diffvae.mode", "chunked_eager", "measured", ms=1190.0, max_error=1e-3),
+            Candidate("diffvae.mode", "combined_compile", "skipped", reason=long),
+            Candidate("transformer.attention", "sdpa_cudnn", "measured", ms=3.2, max_error=2e-3))
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        app.query_one(TunePanel).show(Tuned("fp", "224x224x9", rows))
+        await pilot.pause()
+        table = app.query_one("#tune-table", DataTable)
+        assert table.max_scroll_x == 0 and table.virtual_size.width <= table.size.width
+        assert REASON_CELLS < table.columns["reason"].width < len(long)
+        table.focus()
+        await pilot.press("down")
+        await pilot.pause()
+        assert text(app, "#tune-detail").endswith(long) and table.cursor_row == 1
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert table.columns["reason"].width == REASON_CELLS and table.cursor_row == 1  # scrolls to it, kept on its row
+        await pilot.resize_terminal(220, 50)
+        await pilot.pause()
+        await pilot.pause()
+        assert table.max_scroll_x == 0 and table.columns["reason"].width > REASON_CELLS
+
+
 async def test_a_tune_under_a_preset_says_it_probes_this_machine_at_once_and_probes_it_once():
     """The options validated for preset h200, on a CPU box: u says at once that it probes this
     machine (the tune times it, not the preset); the CPU's refusal follows the probe; a second u

@@ -17,7 +17,6 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -27,6 +26,7 @@ from textual.widgets import DataTable, Static
 from backends.machine import runs
 from backends.machine.text import printable
 from backends.machine.textfile import FileProblem
+from ltx_tui.widgets.wide_table import fill
 
 HINT = "no runs yet: `ltx-tui run --profile P.toml -- ltx_pipelines.distilled ...` records one"
 PIPELINES = "ltx_pipelines."  # the runs table shows LTX-2's pipeline modules without it
@@ -77,19 +77,6 @@ def bar(seconds: float, slowest: float) -> Text:
         return Text("")
     n = max(1, round(BAR * seconds / slowest)) if seconds > 0 else 0
     return Text("█" * n + " " * (BAR - n), style="cyan")
-
-
-def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    """Replace `table`'s columns and rows. Every column gets the width of its widest cell up front:
-    a DataTable measures new cells only when it is next idle, and lines it drew before that (a
-    refill between two frames) would keep the cut cells until the next resize."""
-    table.clear(columns=True)
-    for i, column in enumerate(columns):
-        cells = [str(row[i]) for row in rows if i < len(row)]
-        width = max([cell_len(column)] + [cell_len(line) for cell in cells for line in cell.split("\n")])
-        table.add_column(column, key=column, width=width)
-    for i, row in enumerate(rows):
-        table.add_row(*row, key=str(i))
 
 
 class RunsPanel(Vertical):

@@ -14,13 +14,14 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from backends.config.run_length import run_calls
 from backends.machine.tuned import RUNNING, Candidate, Tuned
-from ltx_tui.widgets.wide_table import WideTable
+from ltx_tui.widgets.wide_table import WideTable, fill
 
 COLUMNS = ("option", "value", "bar", "run ms", "status", "max error", "first s", "cached s", "reason")
 LEGEND = ("run ms: the value's cost in the run (a decode, or a denoising step), lower is faster; bar: against "
           "its option's slowest · first s / cached s: a new process's first call, compile included, cold / "
           "from the compile cache · bold: chosen")
 BAR = 16
+REASON_CELLS = 24  # the reason column's least width: narrower tabs scroll to it (the detail line has it whole)
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
 
@@ -47,7 +48,8 @@ class TunePanel(Vertical):
         self.label = label  # the run's shapes, e.g. 768x512x121
         self._done: list[Candidate] = []  # the running tune's candidates so far
         self._measuring: tuple[str, float] | None = None  # the status line of the one measuring, since when
-        self._rows: dict[str, Candidate] = {}  # the table's rows by key
+        self._rows: dict[str, Candidate] = {}  # the table's rows by key, in order
+        self._chosen: set[str] = set()  # the keys of the rows shown bold
 
     def on_mount(self) -> None:
         self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
@@ -71,14 +73,18 @@ class TunePanel(Vertical):
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table
-        yield Static(id="tune-detail")  # the highlighted row's whole reason (its column is cut at 80 wide)
+        yield Static(id="tune-detail")  # the highlighted row's whole reason (its column is cut to the width)
         yield Static(Text(LEGEND, style="dim"), id="tune-legend")
 
     def _clear(self) -> None:
         """No rows, and no detail line of one."""
         self.query_one(DataTable).clear()
-        self._rows = {}
+        self._rows, self._chosen = {}, set()
         self.query_one("#tune-detail").display = False
+
+    def on_resize(self) -> None:
+        if self._rows:  # the reason column takes what the other columns leave of the new width (once laid out)
+            self.call_after_refresh(self._refill)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         c = self._rows.get(str(event.row_key.value))
@@ -126,12 +132,8 @@ class TunePanel(Vertical):
             return
         self._stop_clock()
         self._done.append(c)
-        slowest = max((x.ms for x in self._done if x.option == c.option and x.ms is not None), default=None)
-        self._add_row(c, slowest, bold=False)
-        table = self.query_one(DataTable)
-        for x in self._done[:-1]:  # a slower value rescales the bars of its option's rows so far
-            if x.option == c.option and x.ms is not None:
-                table.update_cell(self._key(x), "bar", bar(x, slowest))
+        self._put(c)
+        self._refill()
         if c.status != "skipped":
             self._status(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
 
@@ -139,17 +141,27 @@ class TunePanel(Vertical):
     def _key(c: Candidate) -> str:
         return f"{c.option}={c.value}"
 
-    def _add_row(self, c: Candidate, slowest: float | None, bold: bool) -> None:
-        table = self.query_one(DataTable)
+    def _put(self, c: Candidate) -> None:
         key = self._key(c)
-        if key in table.rows:  # a value listed twice (a hand-edited cache file): its last row counts
-            table.remove_row(key)
+        self._rows.pop(key, None)  # a value listed twice (a hand-edited cache file): its last row counts
         self._rows[key] = c
-        table.add_row(
-            Text(c.option), Text(c.value, style="bold" if bold else ""), bar(c, slowest),
-            "-" if c.ms is None else run_ms(c.ms), Text(c.status, style=STYLE.get(c.status, "")),
-            "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
-            "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason), key=key)
+
+    def _refill(self) -> None:
+        """The table from `_rows`: each bar against its option's slowest, the cursor kept on its row."""
+        table = self.query_one(DataTable)
+        at = table.cursor_row if table.row_count else 0
+        slowest: dict[str, float] = {}
+        for c in self._rows.values():
+            if c.ms is not None:
+                slowest[c.option] = max(c.ms, slowest.get(c.option, 0.0))
+        rows = [(Text(c.option), Text(c.value, style="bold" if key in self._chosen else ""), bar(c, slowest.get(c.option)),
+                 "-" if c.ms is None else run_ms(c.ms), Text(c.status, style=STYLE.get(c.status, "")),
+                 "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
+                 "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason, overflow="ellipsis"))
+                for key, c in self._rows.items()]
+        fill(table, COLUMNS, rows, list(self._rows), last_fits=REASON_CELLS)
+        if rows:
+            table.move_cursor(row=min(at, len(rows) - 1), animate=False)
 
     def show(self, tuned: Tuned, note: str = "", cancelled: bool = False) -> None:
         """Every candidate of `tuned`, the chosen values marked; `note` ends the status line; `cancelled`:
@@ -164,8 +176,9 @@ class TunePanel(Vertical):
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
         for c in sorted(tuned.candidates, key=lambda c: (options.index(c.option), c.status == "skipped")):
-            ranked = [x.ms for x in tuned.candidates if x.option == c.option and x.ms is not None]
-            self._add_row(c, max(ranked, default=None), chosen.get(c.option) == c.value)
+            self._put(c)
+        self._chosen = {self._key(c) for c in tuned.candidates if chosen.get(c.option) == c.value}
+        self._refill()
         picked = ", ".join(f"{k} = {v}" for k, v in chosen.items())
         picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
         cancelled = cancelled or any(c.reason == "cancelled" for c in tuned.candidates)

@@ -3,9 +3,34 @@ tables scroll sideways (left / right arrows, shift+wheel), and a scrollbar alone
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich.cells import cell_len
 from textual.widgets import DataTable
 
 KEYS = "(← → / shift+wheel)"
+
+
+def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[Any, ...]], keys: list[str] | None = None,
+         last_fits: int | None = None) -> None:
+    """Replace `table`'s columns and rows (`keys`: the rows' keys, else their indices). Every column gets
+    the width of its widest cell up front: a DataTable measures new cells only when it is next idle, and
+    lines it drew before that (a refill between two frames) would keep the cut cells until the next resize.
+    `last_fits`: the last column is cut (its whole text elsewhere) to what the others leave of the table's
+    width, but no narrower than that many cells (the table then scrolls sideways)."""
+    table.clear(columns=True)
+    widths = []
+    for i, column in enumerate(columns):
+        cells = [str(row[i]) for row in rows if i < len(row)]
+        widths.append(max([cell_len(column)] + [cell_len(line) for cell in cells for line in cell.split("\n")]))
+    if last_fits is not None and columns and table.size.width:
+        room = table.size.width - sum(widths[:-1]) - 2 * table.cell_padding * len(columns)
+        room -= 2 if table.size.height < len(rows) + 1 else 0  # the vertical scrollbar
+        widths[-1] = min(widths[-1], max(last_fits, room))
+    for column, width in zip(columns, widths):
+        table.add_column(column, key=column, width=width)
+    for i, row in enumerate(rows):
+        table.add_row(*row, key=keys[i] if keys else str(i))
 
 
 class WideTable(DataTable):
