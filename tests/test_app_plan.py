@@ -189,7 +189,10 @@ async def test_a_wide_tune_table_cuts_its_reasons_to_the_width_instead_of_scroll
     long = "not in the default set: on the H200 it decoded slower than chunked_compile at 1.7x its decode memory " * 3
     rows = (Candidate("diffvae.mode", "chunked_eager", "measured", ms=1190.0, max_error=1e-3),
             Candidate("diffvae.mode", "combined_compile", "skipped", reason=long),
-            Candidate("transformer.attention", "sdpa_cudnn", "measured", ms=3.2, max_error=2e-3))
+            Candidate("transformer.attention", "sdpa_cudnn", "measured", ms=3.2, max_error=2e-3),
+            Candidate("diffvae.na_backend", "natten:blackwell-fna", "skipped", reason=long),  # the widest of each
+            Candidate("transformer.quantization", "fp8-scaled-mm", "measured", ms=12430.0, max_error=2e-2,
+                      warmup_s=12.5, warmup_cached_s=3.25))
     app = make_app()
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.pause()
@@ -199,6 +202,8 @@ async def test_a_wide_tune_table_cuts_its_reasons_to_the_width_instead_of_scroll
         table = app.query_one("#tune-table", DataTable)
         assert table.max_scroll_x == 0 and table.virtual_size.width <= table.size.width
         assert REASON_CELLS < table.columns["reason"].width < len(long)
+        cell = table.get_row("diffvae.mode=combined_compile")[-1]
+        assert str(cell).endswith("…") and len(str(cell)) == table.columns["reason"].width  # said where it is cut
         table.focus()
         await pilot.press("down")
         await pilot.pause()

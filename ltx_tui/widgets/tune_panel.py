@@ -21,7 +21,7 @@ LEGEND = ("run ms: the value's cost in the run (a decode, or a denoising step), 
           "its option's slowest · first s / cached s: a new process's first call, compile included, cold / "
           "from the compile cache · bold: chosen")
 BAR = 16
-REASON_CELLS = 24  # the reason column's least width: narrower tabs scroll to it (the detail line has it whole)
+REASON_CELLS = 16  # the reason column's least width: narrower tabs scroll to it (the detail line has it whole)
 STYLE = {"measured": "green", "inaccurate": "red", "failed": "red", "skipped": "dim", "cached": "green"}
 
 
@@ -157,7 +157,7 @@ class TunePanel(Vertical):
         rows = [(Text(c.option), Text(c.value, style="bold" if key in self._chosen else ""), bar(c, slowest.get(c.option)),
                  "-" if c.ms is None else run_ms(c.ms), Text(c.status, style=STYLE.get(c.status, "")),
                  "-" if c.max_error is None else f"{c.max_error:.2e}", "-" if c.warmup_s is None else f"{c.warmup_s:.2f}",
-                 "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason, overflow="ellipsis"))
+                 "-" if c.warmup_cached_s is None else f"{c.warmup_cached_s:.2f}", Text(c.reason))
                 for key, c in self._rows.items()]
         fill(table, COLUMNS, rows, list(self._rows), last_fits=REASON_CELLS)
         if rows:

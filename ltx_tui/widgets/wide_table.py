@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.cells import cell_len
+from rich.text import Text
 from textual.widgets import DataTable
 
 KEYS = "(← → / shift+wheel)"
@@ -26,11 +27,21 @@ def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
     if last_fits is not None and columns and table.size.width:
         room = table.size.width - sum(widths[:-1]) - 2 * table.cell_padding * len(columns)
         room -= 2 if table.size.height < len(rows) + 1 else 0  # the vertical scrollbar
-        widths[-1] = min(widths[-1], max(last_fits, room))
+        cut = min(widths[-1], max(last_fits, room))
+        if cut < widths[-1]:
+            rows = [(*row[:-1], _cut(row[-1], cut)) if len(row) == len(columns) else row for row in rows]
+        widths[-1] = cut
     for column, width in zip(columns, widths):
         table.add_column(column, key=column, width=width)
     for i, row in enumerate(rows):
         table.add_row(*row, key=keys[i] if keys else str(i))
+
+
+def _cut(cell: Any, width: int) -> Text:
+    """`cell` on one line of `width` cells, an ellipsis where it is cut."""
+    text = cell.copy() if isinstance(cell, Text) else Text(str(cell))
+    text.truncate(width, overflow="ellipsis")
+    return text
 
 
 class WideTable(DataTable):
