@@ -11,12 +11,12 @@ and fp8 row quantization pass -> `_scaled_mm` -> bf16 -> the gated residual pass
   beta = 1 adding the residual in place. cuBLASLt refuses the BIAS epilogue with outer vectors
   (CUBLAS_STATUS_NOT_SUPPORTED, cuBLASLt 13.1 on the H100), so the bias rides in two extra K columns:
   h's columns 16384-16385 hold c (a power of two) exactly, W2's hold b / (c * channel scale) as an e4m3
-  pair (high part, then the rest): the GEMM adds gate * b itself. K = 16400 (16-aligned; 14 zero columns).
+  pair (high part, then the rest): the GEMM adds gate * b itself. K = 16512 (128 columns: with 16,
+  K = 16400, cuBLASLt's only outer-vector kernel ran 20% slower).
 
-First run (H100, 700 W, 2026-12-07; bias left out of FF2): the FF + gated residual 5.915 -> 5.306 ms,
-4.25 -> 3.73 J a call; beside the cuDNN fp8 self-attention 17.134 -> 16.432 ms a pair; FF1's heuristic
-algorithms 1-2 2.62 ms against its first 2.71. This run adds the bias columns, the algorithm chosen by
-timing, and both paths' error against fp32 on AdaLN-like inputs.
+Measured (H100, 700 W, 2026-12-07; bench/RESULTS.md "sixteenth round"): the FF + gated residual 6.003 ->
+5.394 ms and 4.37 -> 3.77 J a call, beside the cuDNN fp8 self-attention 17.311 -> 16.618 ms; the error
+against fp32 as the runtime's path (5.3667e-02 against 5.3653e-02).
 
     pip install nvmath-python cuda-bindings cuda-core cuda-pathfinder   # cuBLASLt's bindings (not a dependency)
     python bench/cublaslt_ff.py [--seconds 2]
