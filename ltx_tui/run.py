@@ -166,21 +166,33 @@ def run_main(argv: list[str]) -> int:
 
 
 def _ranks_done(outcome, args) -> int:
-    """A multi-GPU run: each rank appended its own record; show them, say what is missing."""
+    """A multi-GPU run: each rank appended its own record; show them, say what is missing. A module that
+    failed with no rank's record (it exited before its fleet ran a job) is recorded from here, as one GPU's."""
     ranks = outcome.rank_records
+    record = outcome.record
+    if not ranks and outcome.code != EXIT_OK:
+        try:
+            where = f"recorded the module's exit as run {record.id} in {ledger_mod.append(record, args.ledger)}"
+        except OSError as e:
+            where = f"not recorded: the ledger {args.ledger or ledger_mod.default_ledger()} cannot be written ({e})"
+        if args.json:
+            print(json.dumps([record.to_dict()], indent=1, default=str))
+        else:
+            sys.stdout.write(show(record))
+        if record.error:
+            _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
+        _say(f"ltx-tui run: no rank recorded a run; {where}")
+        return outcome.code
     if args.json and (ranks or outcome.ran):
         print(json.dumps([r.to_dict() for r in ranks], indent=1, default=str))
     elif not args.json:
         for r in ranks:
             sys.stdout.write(show(r))
-    record = outcome.record
     if record.error:
         _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
     if ranks:
         _say(f"ltx-tui run: {len(ranks)} rank(s) recorded as runs {', '.join(r.id for r in ranks)} in "
              f"{args.ledger or ledger_mod.default_ledger()}")
-    elif outcome.code != EXIT_OK:
-        _say("ltx-tui run: no rank recorded a run (the ranks' own lines above say why)")
     if outcome.missing_ranks:
         _say(f"ltx-tui run: rank(s) {', '.join(map(str, outcome.missing_ranks))} wrote no record")
     return outcome.code

@@ -404,7 +404,8 @@ def test_distilled_mgpus_runner_reaches_a_spawned_rank_with_the_hooks(ltx2_pipel
     assert report["installed"] == dict.fromkeys(report["installed"], True)  # compile: the SP build wrapped too
     assert report["after"] == dict.fromkeys(report["after"], False)
     assert vars(controller)["__init__"] is original_init  # the parent's wrapper is gone too
-    assert not ledger.exists()  # no rank ran a job: nothing recorded
+    (record,) = runs.load(ledger).records  # no rank ran a job: the module's failure, recorded from here
+    assert record.status == "failed" and record.rank is None and "_Started" in record.error
 
 
 @pytest.mark.ltx2
@@ -578,3 +579,33 @@ def test_the_run_is_what_its_ranks_recorded(ltx2_pipelines, tiny, tmp_path, monk
     assert says in captured.err
     assert captured.out.count("ltx_pipelines.distilled_mgpu (rank ") == len(ranks)
     assert len(runs.load(ledger).records) == len(ranks)  # the ranks' records only: the parent adds none
+
+
+@pytest.mark.ltx2
+def test_a_multi_gpu_module_that_exits_before_its_ranks_start_is_recorded_as_failed(ltx2_pipelines, tiny, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """A newcomer trial: the module's own exit before any rank started (a fleet that cannot start) said
+    "no rank recorded a run (the ranks' own lines above say why)", with no rank lines, and recorded
+    nothing; one GPU records such a run as failed."""
+    from backends.launch import run as launcher
+    from backends.config.plan import resolve
+    from backends.machine.presets import preset
+
+    controller = importlib.import_module("ltx_pipelines.multigpu.controller").MGPUController
+
+    def start(self, **setup_kwargs):
+        raise SystemExit("the fleet cannot start: no GPUs")
+    monkeypatch.setattr(controller, "start", start)
+    monkeypatch.setattr(launcher, "_visible_gpus", lambda: 2)
+    monkeypatch.setattr(launcher, "_plan", lambda profile, capability, run_shape=None, length=None:
+                        resolve(profile, preset("h200x2"), length=length))
+    prof = tmp_path / "p.toml"
+    prof.write_text('[transformer]\nquantization = "fp8-cast"\n[parallel]\ngpus = 2\n')
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--profile", str(prof), "--ledger", str(ledger), "--", "ltx_pipelines.distilled_mgpu",
+                 *_mgpu_args(tiny, tmp_path)]) == 1
+    err = capsys.readouterr().err
+    (record,) = runs.load(ledger).records
+    assert record.status == "failed" and "the fleet cannot start: no GPUs" in record.error and record.rank is None
+    assert "the ranks' own lines above" not in err
+    assert f"no rank recorded a run; recorded the module's exit as run {record.id} in {ledger}" in err
