@@ -206,7 +206,7 @@ def test_cli_smoke_on_this_machine(capsys, tmp_path):
     path.write_text('[diffvae]\nna_backend = "eager_sdpa"\n[transformer]\nquantization = "fp8-cast"\n')
     code = main(["--check", "--json", "--smoke", "--profile", str(path)])
     doc = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in doc["smoke"]] == ["diffvae chunked_eager", "na3d eager_sdpa", "attention sdpa_math",
+    assert [r["name"] for r in doc["smoke"]] == ["diffvae chunked_eager", "na3d eager_sdpa", "attention pytorch",
                                                  "linear fp8-cast"]
     assert all(r["status"] == "pass" for r in doc["smoke"][1:])
     # the layout is LTX-2's decoder's: skipped (not failed) where ltx-core cannot be imported

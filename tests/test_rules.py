@@ -400,7 +400,9 @@ def test_auto_attention_order_per_architecture():
     assert by_option(P(), without(preset("h100"), "flash_attn_3"))["transformer.attention"].effective == "sdpa_cudnn"
     assert by_option(P(), preset("b200"))["transformer.attention"].effective == "flash_attention_4"
     assert by_option(P(), preset("a100"))["transformer.attention"].effective == "sdpa_cudnn"
-    assert by_option(P(), preset("cpu"))["transformer.attention"].effective == "sdpa_math"
+    # no CUDA: torch's own SDPA dispatch (its fused CPU kernel) before the math backend, which a newcomer
+    # trial's tune measured 8.7x slower on the CPU
+    assert by_option(P(), preset("cpu"))["transformer.attention"].effective == "pytorch"
 
 
 def test_auto_natten_kernel_order():

@@ -838,8 +838,12 @@ class _Resolver:
                 order = [Attention.FA4] + order
             elif not self.f.cuda and self.f.cap.platform == "darwin":
                 order = [Attention.MPS_SDPA] + order
-            chain = []  # plain PyTorch attention last: only a measurement moves it up
-            for cand in _measured_first(self.f, key, (*order, Attention.PYTORCH)):
+            # plain PyTorch attention last on CUDA: only a measurement moves it up. Without CUDA it comes
+            # before the math backend: torch's own SDPA dispatch takes its fused CPU kernel (--tune on the
+            # 2-core dev machine: 383.7 ms against sdpa_math's 585.4 at 224x224x9)
+            order = order + [Attention.PYTORCH] if self.f.cuda else order[:-1] + [Attention.PYTORCH, order[-1]]
+            chain = []
+            for cand in _measured_first(self.f, key, tuple(order)):
                 rule = rule_of.get(cand)
                 if rule and not RULES[rule].holds(self.f):
                     chain.append(Step(cand.value, RULES[rule].message(self.f)))
