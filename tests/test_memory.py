@@ -145,6 +145,10 @@ def test_verdict_and_ranked_fixes():
     assert "transformer.quantization = fp8-cast" not in changes  # it does not lower the peak stage
     assert [b for _, b in single] == sorted(b for _, b in single)
     assert all(b < plan.peak.peak_bytes for _, b in plan.fixes)
+    # a newcomer trial: "lower: transformer.quantization = fp8-cast -> peak 35.1 GiB" with the peak at 35.1 GiB
+    small = M.plan_memory(on(P()), RunShapes(224, 224, 9), 80 * GIB)
+    assert [c for c, _ in small.fixes] == ["offload.mode = cpu (gpu_slots 2)"]
+    assert all(round(b / GIB, 1) < round(small.peak.peak_bytes / GIB, 1) for _, b in small.fixes)
     roomy = M.plan_memory(on(P()), RunShapes(768, 512, 121), 140 * GIB)
     assert roomy.fits and roomy.verdict().startswith("fits with")
     unknown = M.plan_memory(on(P()), RunShapes(768, 512, 121), None)

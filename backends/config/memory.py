@@ -408,6 +408,9 @@ FIXES = (
 )
 
 
+MIN_LOWER = GIB // 10  # a fix that lowers the peak by less is not offered: it would print the same peak
+
+
 def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> MemoryPlan:
     """The per-stage peaks of what `plan` runs at `shapes` (per rank with several GPUs: `stages` are
     the peak rank's), and the fixes that lower the peak, best first."""
@@ -419,7 +422,7 @@ def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> Memory
     for change, fix in FIXES:
         values, s, tiles = fix(shapes)
         new = _peak(plan, values, s, tiles)
-        if new < peak:
+        if new <= peak - MIN_LOWER:
             fixes.append((change, new))
     fixes.sort(key=lambda f: f[1])
     if free_bytes is not None and peak > free_bytes and fixes and fixes[0][1] > free_bytes:
