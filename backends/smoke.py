@@ -277,7 +277,7 @@ def _check_step(kind: str, device: str, profile_data: dict, sent: list[dict], bo
             raise CheckFailed(f"the one-pass norm kernels never ran on {probe_model.label} ({own} calls took the "
                               f"blocks' own ops)")
     limit = bound["fp32"] if probe_model.dtype == torch.float32 else bound["half"]
-    where = ", ".join(f"{n} {k}" for k, n in changed.items())
+    where = ", ".join(f"{k} in {n} module{'s' if n != 1 else ''}" for k, n in changed.items())
     health = report.compile_health()
     if health is not None and not health.compiled:  # timed or compared, eager code would pass as compiled
         raise CheckFailed(f"compiled, but {health} on {probe_model.label}")

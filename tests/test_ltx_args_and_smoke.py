@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -151,6 +152,17 @@ def test_the_fast_norm_check_runs_ltx2s_blocks_on_this_cpu():
     spec = next(s for s in plan_checks(resolve(P(transformer__fast_norm=True), preset("cpu"))) if s.kind == "fast_norm")
     result = run_check(spec)
     assert result.status == "pass" and "LTX-2 LTXModel" in result.message, result
+
+
+def test_a_checks_message_says_how_many_modules_each_option_changed():
+    """A newcomer trial: the message ended "...: 2 diffvae.na_backend", a count with nothing to say what of."""
+    from dataclasses import asdict
+
+    from backends import smoke
+
+    spec = next(s for s in plan_checks(resolve(P(diffvae__na_backend="eager_sdpa"), preset("cpu"))) if s.kind == "na_backend")
+    row = smoke._worker(asdict(spec))
+    assert row["status"] == "pass" and re.search(r": diffvae\.na_backend in \d+ modules", row["message"]), row
 
 
 def test_errors_are_not_smoke_checked():
