@@ -256,14 +256,20 @@ def memory_lines(plan: MemoryPlan, gpu: str) -> list[str]:
     return out
 
 
+def _said(d) -> str:
+    """'option = value: why', the option and value once where the message begins with them."""
+    why = printable(d.message or "; ".join(st.reason for st in d.chain))
+    head = f"{d.option} = {toml_value(d.requested)}"
+    return why if why.startswith(head) else f"{head}: {why}"
+
+
 def _why_not(plan: Plan, code: int, strict: bool, memory: MemoryPlan | None) -> list[str]:
     """Why `--check --ltx-args` exits non-zero (stderr; the command line itself goes to stdout):
     an option a line with its fix, then what the exit code means."""
     if code == 0:
         return []
     flagged = [d for d in plan if d.status is Status.ERROR or (strict and d.status is not Status.OK)]
-    out = [f"ltx-tui: {d.status}: {d.option} = {toml_value(d.requested)}: {printable(d.message or '; '.join(st.reason for st in d.chain))}"
-           + (f" (fix: {printable(d.remedy)})" if d.remedy else "") for d in flagged]
+    out = [f"ltx-tui: {d.status}: {_said(d)}" + (f" (fix: {printable(d.remedy)})" if d.remedy else "") for d in flagged]
     if memory is not None and memory.fits is False:
         out.append(f"ltx-tui: error: memory: {memory.verdict()}")
     cannot = any(d.status is Status.ERROR for d in flagged) or (memory is not None and memory.fits is False)

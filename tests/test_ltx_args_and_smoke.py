@@ -283,7 +283,8 @@ def test_cli_ltx_args_that_cannot_run_say_why_on_stderr(capsys, tmp_path):
     assert main(["--check", "--profile", str(path), "--capability", "cpu", "--ltx-args"]) == 1
     out, err = capsys.readouterr()
     assert "python -m ltx_pipelines.distilled_mgpu" in out  # the command line is still written
-    assert "ltx-tui: error: parallel.gpus = 2:" in err and "fix:" in err
+    assert "ltx-tui: error: parallel.gpus = 2" in err and "fix:" in err
+    assert "parallel.gpus = 2: parallel.gpus = 2" not in err  # a newcomer trial: said twice, the message's own
     assert "exit 1: the profile cannot run here as asked" in err
     assert main(["--check", "--profile", str(path), "--capability", "h100", "--ltx-args", "--gpus", "1"]) == 0
     assert capsys.readouterr().err == ""
