@@ -110,6 +110,22 @@ async def test_palette_explains_an_option_literally():
         assert not isinstance(app.screen, ExplainScreen)
 
 
+async def test_the_explain_dialogs_title_is_whole_at_80_columns():
+    """A newcomer trial: 'explain transformer.sla_topk (↑ ↓ pgup pgdn scroll; escape, enter or q clo' at 80x24."""
+    app = make_app("h100")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await run_command(pilot, "explain transformer.quantization_scope", lambda: isinstance(app.screen, ExplainScreen))
+        await pilot.pause()
+        from rich.cells import cell_len
+        from textual.widgets import Label
+
+        title = app.screen.query_one("#explain-title", Label)
+        lines = str(title.content).split("\n")
+        assert "explain transformer.quantization_scope" in lines[0] and "q closes" in lines[-1]
+        assert all(cell_len(line) <= title.content_region.width for line in lines), (lines, title.content_region)
+
+
 @pytest.mark.slow  # ~4 s on 2 cores: the quick suite stays under 4 minutes
 async def test_palette_opens_the_editor_of_a_number_and_switches_tabs():
     app = make_app("h100")

@@ -57,7 +57,9 @@ class ExplainScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog explain"):
-            yield Label(Text(f"explain {self.key} (↑ ↓ pgup pgdn scroll; escape, enter or q closes)", style="bold"))
+            title = Text(f"explain {self.key}", style="bold")
+            title.append("\n↑ ↓ pgup pgdn scroll · escape, enter or q closes", style="dim")
+            yield Label(title, id="explain-title")
             with VerticalScroll(id="explain-scroll"):
                 yield Static(HangingLines(self.explanation.rstrip("\n")), id="explanation")
 
