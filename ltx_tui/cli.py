@@ -272,6 +272,17 @@ def _terminate(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
+def _stopped_json(said: str, code: int) -> str:
+    """The JSON a stopped `--tune --json` or `--check --json` answers: the shape of each one's errors."""
+    if "--tune" in sys.argv[1:]:
+        from ltx_tui.tune import usage_json
+
+        return usage_json(said, code)
+    from ltx_tui.usage import error_json
+
+    return error_json("interrupted", said, code=code)
+
+
 def entry() -> None:
     """The console script: exit codes as documented, never a traceback on the terminal, no worker
     left running (ctrl-c 130, SIGTERM 143, SIGHUP 129; `ltx-tui run` keeps the default handling)."""
@@ -290,9 +301,11 @@ def entry() -> None:
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
         code = 128 + signum
+        said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         try:  # after a SIGHUP the terminal may be gone
-            print("ltx-tui: interrupted" if signum == signal.SIGINT else
-                  f"ltx-tui: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+            print(f"ltx-tui: {said}", file=sys.stderr)
+            if "--json" in sys.argv[1:] and sys.argv[1:2] not in (["run"], ["runs"]):  # a script reads one object
+                print(_stopped_json(said, code), flush=True)
         except OSError:
             pass
     except Exception as e:

@@ -23,9 +23,9 @@ def refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace, name
             parser.error(f"--{name} was given an empty value; name {WANTED[name]}")
 
 
-def error_json(kind: str, message: str, fields: dict | None = None) -> str:
-    """The JSON of a usage error: `message` as printed, and where known the fields a script reads
-    (`file`, `line`, `key`, `problem`, `fix`)."""
+def error_json(kind: str, message: str, fields: dict | None = None, code: int = EXIT_USAGE) -> str:
+    """The JSON of a usage error (or with `code` another that ends the command): `message` as printed,
+    and where known the fields a script reads (`file`, `line`, `key`, `problem`, `fix`)."""
     error = {"kind": kind, "message": message, **{k: v for k, v in (fields or {}).items() if v is not None}}
     return json.dumps({"schema_version": SCHEMA_VERSION, "tool_version": TOOL_VERSION,
-                       "error": error, "exit_code": EXIT_USAGE}, indent=2)
+                       "error": error, "exit_code": code}, indent=2)

@@ -61,6 +61,29 @@ def test_a_signal_kills_every_worker_group_and_exits_128_plus_n(group_file, comm
     assert wait_gone(pgids) == []  # the workers and the children they forked
 
 
+@pytest.mark.parametrize("command", ["tune", "smoke"])
+def test_a_signal_during_a_json_command_still_answers_json(group_file, command):
+    """A newcomer trial: `--tune --json` stopped by SIGTERM exited 143 with an empty stdout, where a
+    script reads one JSON object (as for any other error)."""
+    import json
+
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(sleeper=SLEEPER), *COMMANDS[command], "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pgids = wait_groups(group_file, 2 if command == "tune" else 1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    doc = json.loads(out)
+    assert doc["exit_code"] == 143 and "tool_version" in doc
+    message = doc["error"] if command == "tune" else doc["error"]["message"]  # each command's error shape
+    assert message == "stopped by SIGTERM"
+    assert wait_gone(pgids) == []
+
+
 def test_entry_puts_the_signal_handlers_back(monkeypatch, capsys):
     """Called in-process (as tests and scripts do), the console entry point leaves no handler of its own."""
     from ltx_tui.cli import entry
