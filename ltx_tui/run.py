@@ -84,9 +84,15 @@ def run_main(argv: list[str]) -> int:
         own, rest = argv, []
     parser = _run_parser()
     if not rest:  # the module without `--`: argparse said only "unrecognized arguments"
-        _, extra = parser.parse_known_args(own)
+        helps = ("-h", "--help")
+        first = next((i for i, a in enumerate(own) if a.startswith("ltx_pipelines.")), len(own))
+        # a --help after the module is the module's: left out of the parse (it printed run's own help)
+        mine = own[:first] + [a for a in own[first:] if a not in helps]
+        _, extra = parser.parse_known_args(mine)
         if extra and extra[0].startswith("ltx_pipelines."):  # ltx-tui's own options first, the module's after
-            taken = own[:len(own) - len(extra)] if own[len(own) - len(extra):] == extra else None
+            start = len(mine) - len(extra)
+            taken = own[:start] if mine[start:] == extra else None
+            extra = own[start:] if taken is not None else extra
             parser.error("put `--` before the pipeline module and its arguments"
                          + (": " + shlex.join(["ltx-tui", "run", *taken, "--", *extra]) if taken is not None else
                             " (ltx-tui run's own options before it)"))

@@ -297,6 +297,13 @@ def test_run_needs_a_module(capsys):
         main(["run", "ltx_pipelines.distilled", "--prompt", "x", "--dry-run"])
     err = capsys.readouterr().err
     assert "put `--` before" in err and "-- ltx_pipelines.distilled --prompt x --dry-run" not in err
+    with pytest.raises(SystemExit) as e:  # the module's --help: not run's own help (a newcomer trial), exit 2
+        main(["run", "--profile", "p.toml", "ltx_pipelines.distilled", "--help"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "ltx-tui run --profile p.toml -- ltx_pipelines.distilled --help" in err
+    with pytest.raises(SystemExit) as e:  # run's own --help before the module is run's
+        main(["run", "--help", "ltx_pipelines.distilled"])
+    assert e.value.code == 0 and "usage: ltx-tui run" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         main(["run", "--profile", "", "--", "ltx_pipelines.distilled"])
     assert e.value.code == 2 and "--profile was given an empty value" in capsys.readouterr().err
