@@ -124,7 +124,8 @@ def run_main(argv: list[str]) -> int:
         else:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:
-            _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, prep.profile_path)}")
+            label = launcher.decided_label(prep.profile_path, prep.profile, prep.plan)
+            _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, label)}")
             return EXIT_USAGE
         return EXIT_OK
     for w in prep.env_warnings:

@@ -466,7 +466,7 @@ def test_the_flag_policy_judges_a_decided_profile_only():
 
 
 @pytest.mark.ltx2
-def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(ltx2_pipelines):
+def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(ltx2_pipelines, capsys):
     from backends.launch import run as launcher
     from backends.machine.capability import probe
     from backends.machine.tuned import Candidate, Tuned, store_tuned
@@ -486,6 +486,9 @@ def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(
     assert "the profile has compile.enabled = false" in str(e.value)
     assert "; auto decided by the plan: compile.enabled = false, diffvae.mode = chunked_eager)" in str(e.value)
     assert "((" not in str(e.value)
+    # the dry run says it too (a newcomer trial: "the profile has compile.enabled = false" of an auto)
+    assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled", "--compile"]) == 2
+    assert "auto decided by the plan: compile.enabled = false" in capsys.readouterr().err
     with pytest.raises(launcher.LaunchError, match="arguments: .*bogus"):  # judged again against auto's true
         launcher.prepare(None, "ltx_pipelines.ti2vid_one_stage",
                          ["--num-inference-steps", "40", "--compile", "bogus=1"], capability=cap, dry_run=True)

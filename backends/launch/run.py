@@ -149,6 +149,16 @@ def conflict_message(policy: flagmod.FlagPolicy, label: str) -> str:
         for v in policy.conflicts)
 
 
+def decided_label(label: str, profile: Profile, plan) -> str:
+    """`label` (the profile's path) and, where the profile left an option whose first call compiles to
+    `auto`, what the plan decided for it: the value a flag's conflict is judged against."""
+    undecided = sorted(k for k in UNIT if str(profile.get(k)) == "auto")
+    if not undecided:
+        return label
+    return f"{label.strip('()')}; auto decided by the plan: " + ", ".join(
+        f"{k} = {show_value(plan[k].effective)}" for k in undecided)
+
+
 def _policy(module: str, module_args, profile, label: str, multi_gpu: bool):
     """LTX-2's flags judged against `profile`; a conflict becomes a LaunchError that says which."""
     try:
@@ -191,9 +201,7 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     if undecided:  # judged against what auto decided
         policy = _policy(module, module_args, plan.pinned(), label, multi_gpu)
         if policy.conflicts and not dry_run:
-            decided = "auto decided by the plan: " + ", ".join(
-                f"{k} = {show_value(plan[k].effective)}" for k in sorted(undecided))
-            raise LaunchError(conflict_message(policy, f"{label.strip('()')}; {decided}"))
+            raise LaunchError(conflict_message(policy, decided_label(label, profile, plan)))
     if plan.blocking:
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
