@@ -342,6 +342,16 @@ def test_a_module_that_exits_with_a_message_says_it_and_is_recorded_as_failed(lt
     assert json.loads(out)["id"] == record.id
 
 
+def test_a_runs_profile_is_recorded_by_its_whole_path(ltx2_pipelines, tmp_path, capsys, monkeypatch):
+    """A newcomer trial: `--profile p.toml` was recorded as "p.toml", ambiguous read from elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.toml").write_text('[transformer]\nquantization = "none"\n')
+    ledger = tmp_path / "runs.jsonl"
+    assert main(["run", "--profile", "p.toml", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
+                 "--prompt", "x"]) == 1
+    assert only_record(ledger).profile["path"] == str(tmp_path / "p.toml")
+
+
 def test_an_argument_error_of_the_module_is_recorded_as_failed(ltx2_pipelines, tmp_path, capsys):
     ledger = tmp_path / "runs.jsonl"
     assert main(["run", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",

@@ -129,6 +129,11 @@ def run_length(module: str, args: tuple[str, ...]) -> RunLength:
                      + ", a forward each at least")
 
 
+def _whole(label: str) -> str:
+    """A profile file's absolute path (the ledger is read from anywhere); other labels as they are."""
+    return str(Path(label).resolve()) if Path(label).is_file() else label
+
+
 def _read_profile(path: str | None) -> tuple[Profile, str, str]:
     """(profile, label, sha256 of its file; of its TOML for the default profile)."""
     if path is None:
@@ -526,7 +531,7 @@ def make_record(prep: Prepared, *, run_id: str, started: datetime.datetime, wall
         exit=code, wall_s=round(wall_s, 3), argv=tuple(argv), ltx_argv=prep.policy.ltx_argv,
         error=error, versions=dict(prep.versions, **{"ltx-tui": TOOL_VERSION, "torch": torch.__version__}),
         device=_device_info(device), shape=prep.shape,
-        profile={"path": prep.profile_path, "sha256": prep.profile_sha256,
+        profile={"path": _whole(prep.profile_path), "sha256": prep.profile_sha256,
                  "values": {d.option: toml_value(d.requested) for d in prep.plan}},
         plan=dict(plan, **(plan_extra or {})),
         models=tuple(_model_record(b) for b in built),
