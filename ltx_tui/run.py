@@ -152,51 +152,49 @@ def run_main(argv: list[str]) -> int:
             signal.signal(signum, handler)
     if stopped:
         outcome.code = 128 + stopped[0]
-    record = outcome.record
     if outcome.multi_gpu:
         return _ranks_done(outcome, args)
     if not outcome.ran:  # the module's --help: nothing to record
         return outcome.code
+    _record(outcome, args, "recorded as run")
+    return outcome.code
+
+
+def _record(outcome, args, recorded: str, as_list: bool = False) -> None:
+    """Append the outcome's record to the ledger, show it (`as_list`: as the multi-GPU JSON list), say
+    its error and where it went (`recorded`: the words before its id)."""
+    record = outcome.record
     try:
-        path = ledger_mod.append(record, args.ledger)
-        where = f"recorded as run {record.id} in {path}"
+        where = f"{recorded} {record.id} in {ledger_mod.append(record, args.ledger)}"
     except OSError as e:
         where = f"not recorded: the ledger {args.ledger or ledger_mod.default_ledger()} cannot be written ({e})"
     if args.json:
-        print(json.dumps(record.to_dict(), indent=1, default=str))
+        print(json.dumps([record.to_dict()] if as_list else record.to_dict(), indent=1, default=str))
     else:
         sys.stdout.write(show(record))
-    if record.error:
-        _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
+    _say_error(outcome)
     _say(f"ltx-tui run: {where}")
-    return outcome.code
+
+
+def _say_error(outcome) -> None:
+    r = outcome.record
+    if r.error:
+        _say(f"ltx-tui run: {r.status}: {r.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
 
 
 def _ranks_done(outcome, args) -> int:
     """A multi-GPU run: each rank appended its own record; show them, say what is missing. A module that
     failed with no rank's record (it exited before its fleet ran a job) is recorded from here, as one GPU's."""
     ranks = outcome.rank_records
-    record = outcome.record
     if not ranks and outcome.code != EXIT_OK:
-        try:
-            where = f"recorded the module's exit as run {record.id} in {ledger_mod.append(record, args.ledger)}"
-        except OSError as e:
-            where = f"not recorded: the ledger {args.ledger or ledger_mod.default_ledger()} cannot be written ({e})"
-        if args.json:
-            print(json.dumps([record.to_dict()], indent=1, default=str))
-        else:
-            sys.stdout.write(show(record))
-        if record.error:
-            _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
-        _say(f"ltx-tui run: no rank recorded a run; {where}")
+        _record(outcome, args, "no rank recorded a run; recorded the module's exit as run", as_list=True)
         return outcome.code
     if args.json and (ranks or outcome.ran):
         print(json.dumps([r.to_dict() for r in ranks], indent=1, default=str))
     elif not args.json:
         for r in ranks:
             sys.stdout.write(show(r))
-    if record.error:
-        _say(f"ltx-tui run: {record.status}: {record.error}" + (f" (traceback in {outcome.log})" if outcome.log else ""))
+    _say_error(outcome)
     if ranks:
         _say(f"ltx-tui run: {len(ranks)} rank(s) recorded as runs {', '.join(r.id for r in ranks)} in "
              f"{args.ledger or ledger_mod.default_ledger()}")
