@@ -554,3 +554,16 @@ def test_a_modules_own_exit_is_read_as_python_reads_it(code, status, exit_, said
         raise SystemExit(code)
     got = _module_outcome(run, "m", None)
     assert got[:3] == (status, exit_, said) and type(got[1]) is int
+
+
+@pytest.mark.ltx2
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_profile_asking_for_what_nothing_in_ltx2_runs_is_refused_dry_or_not(ltx2_pipelines, tmp_path, capsys, dry):
+    """A trial: the dry run printed `sparse_attention = cannot run  error` and exited 0 (`--check`: 1), and
+    the run went on without it, recorded as the pipeline's."""
+    prof = tmp_path / "p.toml"
+    prof.write_text('[transformer]\nsparse_attention = "sla"\n')
+    assert main(["run", "--profile", str(prof)] + (["--dry-run"] if dry else []) + ["--", "ltx_pipelines.distilled"]) == 1
+    err = capsys.readouterr().err
+    assert "transformer.sparse_attention = \"sla\": nothing here runs sparse_attention = sla" in err
+    assert "fix: set transformer.sparse_attention = \"none\"" in err

@@ -31,6 +31,7 @@ PIPELINE = {
     "parallel.gpus": "multi-GPU launch is the pipeline's (*_mgpu modules)",
     "parallel.devices": "device selection is the launcher's (CUDA_VISIBLE_DEVICES)",
 }
+JUDGED_WHERE_THEY_RUN = ("memory.max_batch_size", "parallel.gpus", "parallel.devices")
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ class Plan:
 
     @property
     def blocking(self) -> list[Decision]:
-        """Errors that stop the runtime (errors of pipeline-only options do not)."""
-        return [d for d in self.decisions if d.status is Status.ERROR and d.option not in PIPELINE]
+        """Errors that stop the runtime: all but those of the options the launcher or the pipeline judge
+        where they run (the GPUs, the batch). A sparse attention nothing installs stops it too."""
+        return [d for d in self.decisions if d.status is Status.ERROR and d.option not in JUDGED_WHERE_THEY_RUN]
 
     def refusal(self) -> str:
         """Why the runtime refuses this plan, an option a line with its fix ("" when it does not)."""
