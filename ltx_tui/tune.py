@@ -159,7 +159,6 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     def waiting(message: str) -> None:
         print(f"ltx-tui: {message} (ctrl-c stops)", file=stderr, flush=True)
 
-    before = _cached_count(cap, shapes, keys, fresh)
     tuned = tune(profile, cap, shapes, options=keys, budget=budget, fresh=fresh, runs=runs, on_event=progress,
                  on_wait=waiting, started=t0)
     problems = [note for note in tuned.notes if not note.startswith("cached in")]
@@ -172,8 +171,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
             profmod.save(pinned(profile, tuned.chosen(run_calls(tuned))), output, capability=cap, overwrite=True)
         except (OSError, profmod.ProfileError) as e:
             return usage(f"--output {output}: cannot write ({getattr(e, 'strerror', None) or e})")
-    code = _report(tuned, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, before,
-                   f"{before} from the cache{', --fresh' if fresh else ''}", {o: plan[o].chain[-1].reason for o in auto})
+    code = _report(tuned, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, tuned.reused,
+                   "--fresh" if fresh else f"{tuned.reused} from the cache", {o: plan[o].chain[-1].reason for o in auto})
     if output and not as_json:
         print(f"wrote {output} with the chosen values pinned", file=stdout)
     return code
@@ -222,14 +221,8 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
         print(f"auto:   {option} {AUTO_WORD.get(option, 'auto')} -> {show_value(value)} ({why})", file=stdout)
-    print(f"tuned in {seconds:.2f} s ({len(rows)} candidates, {cached_note})" + "".join(f"; {n}" for n in tuned.notes),
-          file=stdout)
+    timed = sum(c.status != "skipped" for c in rows)
+    untimed = f"; {len(rows) - timed} not timed here (skipped: the reason says why)" if timed < len(rows) else ""
+    print(f"tuned in {seconds:.2f} s ({len(rows)} values: {timed} timed, {cached_note}{untimed})"
+          + "".join(f"; {n}" for n in tuned.notes), file=stdout)
     return code
-
-
-def _cached_count(cap: capmod.Capability, shapes: RunShapes, keys: tuple[str, ...], fresh: bool) -> int:
-    """How many of the candidates of `keys` the cache already holds (the tune reuses them)."""
-    from backends.machine.tuned import load_tuned
-
-    cached = None if fresh else load_tuned(cap, shapes.label)
-    return sum(c.status != "skipped" and c.option in keys for c in cached.candidates) if cached else 0

@@ -206,3 +206,17 @@ def test_a_ctrl_c_while_a_worker_starts_still_lists_it_for_the_kill(monkeypatch)
         workermod.Worker([sys.executable, "-c", "import time; time.sleep(60)"])
     assert workermod.kill_all() == 1
     assert started[0].wait(timeout=5) == -signal.SIGKILL
+
+
+def test_the_count_says_what_was_timed_and_taken_from_the_cache(capsys, tmp_path, fake_worker):
+    """A trial: '(29 candidates, 4 from the cache)' counted the cache before the tune (what it held, not
+    what the tune took) beside rows of values never timed here."""
+    args = ATTENTION
+    assert main(args + ["--output", str(tmp_path / "a.toml")]) == 0
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tuned in"))
+    timed = int(first.split(" values: ")[1].split(" timed")[0])
+    assert f"values: {timed} timed, 0 from the cache" in first and "not timed here (skipped" in first
+    assert main(args + ["--output", str(tmp_path / "b.toml"), "--json"]) == 0  # --output: not the quick path
+    assert json.loads(capsys.readouterr().out)["from_cache"] == timed
+    assert main(args + ["--output", str(tmp_path / "c.toml"), "--fresh"]) == 0
+    assert f"values: {timed} timed, --fresh;" in capsys.readouterr().out

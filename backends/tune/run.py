@@ -177,6 +177,7 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
     with tune_lock(cancel, on_wait) as unlocked:
         spent += min(FINISH_S, budget / 100)
         tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel, spent)
+        reused = tuned.reused
         earlier = load_tuned(cap, shapes.label)
         if earlier is not None:
             tuned = _kept_over_cancelled(tuned, earlier)
@@ -192,7 +193,7 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
                 tuned, notes = load_tuned(cap, shapes.label) or tuned, (f"cached in {stored}",)
             except OSError as e:
                 notes += (f"not cached: cannot write {e.filename or 'the cache'} ({e.strerror or e})",)
-    return dataclasses.replace(tuned, notes=notes)
+    return dataclasses.replace(tuned, notes=notes, reused=reused)
 
 
 def _kept_over_cancelled(tuned: Tuned, earlier: Tuned) -> Tuned:
@@ -223,6 +224,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     fastest: dict[str, tuple[float, float, str]] = {}  # option -> (ms, worker seconds, value)
     t0 = time.monotonic() - spent  # the budget's start
     spare: Worker | None = None
+    reused = 0
     try:
         for i in range(len(specs)):
             if i == priors:  # the other values: the large wins first (compiled ones, the fp8/int8 GEMMs), by
@@ -244,6 +246,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 limit = left
             if hit is not None:
                 result = hit
+                reused += 1
             elif cancel is not None and cancel.is_set():
                 result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
             elif left < MIN_TIMEOUT:
@@ -287,7 +290,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             spare.kill()
     order = {(s.option, s.value): i for i, s in enumerate(sorted(specs, key=lambda s: options.index(s.option)))}
     done.sort(key=lambda c: (options.index(c.option), order.get((c.option, c.value), len(order))))
-    return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
+    return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget, reused=reused)
 
 
 def _new_worker() -> Worker:

@@ -122,11 +122,13 @@ class TunePanel(Vertical):
     def progress(self, done: int, total: int, c: Candidate | None) -> None:
         """A candidate finished (`c`; None: only the count moved): its row now, its bar against the
         values of its option measured so far (`show` draws the final table)."""
-        self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
+        # the first value's seconds show as a pulse, not as 0% (a trial: 0% for 20 s looked hung)
+        self.query_one(ProgressBar).update(total=max(total, 1) if done else None, progress=done)
         if c is None:
             return
         if c.status == RUNNING:
-            self._measuring = (f"[{done + 1}/{total}] measuring {c.option} = {c.value}", time.monotonic())
+            self._measuring = (f"measuring {c.option} = {c.value} ({done + 1} of {total} to time here)",
+                               time.monotonic())
             self._tick()
             self._clock.resume()
             return
@@ -135,7 +137,7 @@ class TunePanel(Vertical):
         self._put(c)
         self._refill()
         if c.status != "skipped":
-            self._status(Text(f"[{done}/{total}] {c.option} = {c.value}: {c.status}"))
+            self._status(Text(f"{c.option} = {c.value}: {c.status} ({done} of {total} timed)"))
 
     @staticmethod
     def _key(c: Candidate) -> str:
@@ -183,7 +185,9 @@ class TunePanel(Vertical):
         picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
         cancelled = cancelled or any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
-        self._status(Text(f"{head}: {picked}{note}", style="green" if chosen and not cancelled else "yellow"))
+        untimed = sum(c.status == "skipped" for c in tuned.candidates)
+        untimed = f" ({untimed} of {len(tuned.candidates)} values not timed: their reason says why)" if untimed else ""
+        self._status(Text(f"{head}: {picked}{untimed}{note}", style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
         self._stop_clock()
