@@ -508,3 +508,24 @@ def test_the_plan_says_cannot_run_and_unused_not_a_dash():
     assert gpus.effective_text == "cannot run" and slots.effective_text == "unused"
     detail = detail_text(slots).plain
     assert "2 → unused (ok)" in detail and "-:" not in detail
+
+
+async def test_a_why_longer_than_its_rows_ends_in_an_ellipsis():
+    """A trial at 80x24: a reason over its row's two lines was cut mid-word with nothing to say so."""
+    from rich.cells import cell_len
+    from textual.widgets import DataTable
+
+    app = make_app("cpu")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        table = app.query_one("#resolution-table", DataTable)
+        width = table.columns["why"].width
+        cut = 0
+        for key, row in table.rows.items():
+            lines = str(table.get_row(key)[2]).splitlines()
+            assert len(lines) <= row.height and all(cell_len(line) <= width for line in lines)
+            cut += lines[-1].endswith("…")
+        assert cut  # the CPU's parallel.gpus error, at least, is longer than two lines of 20-odd cells
+        whole = app.query_one("#detail").render()  # the line under the table has it whole
+        assert "…" not in str(whole)

@@ -185,6 +185,18 @@ class ResolutionView(Vertical):
             return f"{d.option}\n{change}"
         return f"{d.option}\n {show_value(d.requested)} →\n   {d.effective_text}"
 
+    def _clip(self, why: str, width: int, lines: int) -> Text:
+        """`why` wrapped to `width` cells, at most `lines` lines, the last ending in "…" where it was cut
+        (the line under the table has it whole)."""
+        wrapped = Text(why).wrap(self.app.console, width)
+        if len(wrapped) <= lines:
+            return Text("\n".join(line.plain.rstrip() for line in wrapped))
+        kept = [line.plain.rstrip() for line in wrapped[:lines]]
+        last = Text(kept[-1])
+        last.truncate(width - 1)
+        kept[-1] = last.plain.rstrip() + "…"
+        return Text("\n".join(kept))
+
     def on_resize(self) -> None:
         """The reason column takes the width left over: rebuild the rows when that changes."""
         if self._decisions and self.query_one(DataTable).columns["why"].width != self._why_width():
@@ -208,8 +220,9 @@ class ResolutionView(Vertical):
         table.columns["why"].auto_width = False
         for d in decisions:
             option = self._option_cell(d)
-            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), Text(option), Text(reason(d)),
-                          key=d.option, height=max(2, option.count("\n") + 1))
+            height = max(2, option.count("\n") + 1)
+            table.add_row(Text(d.status.value, style=STATUS_STYLE[d.status]), Text(option),
+                          self._clip(reason(d), table.columns["why"].width, height), key=d.option, height=height)
         if decisions:
             table.move_cursor(row=min(row, len(decisions) - 1))
             self.query_one("#detail", Static).update(detail_text(decisions[table.cursor_row]))
