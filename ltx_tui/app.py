@@ -132,6 +132,7 @@ class LtxTuiApp(App):
     TABS = {"options": "Options", "resolution": "Plan", "smoke": "Smoke", "tune": "Tune", "runs": "Runs",
             "system": "GPU/Backends"}  # id: label
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]  # -short: the memory plan's verdict without its bars
     AUTO_FOCUS = "#options-list"
     BINDINGS = [
         Binding("s", "smoke", "Smoke"),

@@ -1036,14 +1036,14 @@ async def test_memory_bars_follow_the_options():
     app = make_app("rtx4090")
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
-        bars = app.query_one("#memory-bars", Static)
-        text = str(bars.render())
+        bars = app.query_one("#memory-bars")
+        text = bars.text
         assert "DiT denoising" in text and "does not fit: DiT denoising needs" in text
         # ltx-tui quantizes the DiT after LTX-2's builder placed it in bf16: fp8-cast lowers the
         # running peak, not the build's; streaming the blocks fits
         assert "fix: offload.mode = cpu" in text
         await choose(pilot, "offload.mode", "cpu")
-        text = str(bars.render())
+        text = bars.text
         assert "fits with" in text and "fix:" not in text
 
 
@@ -1121,3 +1121,18 @@ def test_a_wrapped_reason_in_the_chooser_keeps_its_indent():
     assert lines[0].startswith("flash_attention_3") and len(lines) > 3
     assert all(line.startswith("   ") for line in lines[1:] if line.strip())
     assert str(prompt).startswith("flash_attention_3  ✗ error\n   needs SM 9.x")
+
+
+async def test_a_short_terminal_shows_the_memory_plan_in_its_verdict_lines():
+    """A trial at 80x24: the per-stage bars took 7 of the Options tab's lines, two options and a half
+    stayed in sight; a short terminal keeps the verdict (and its fix), a taller one brings the bars back."""
+    app = make_app("rtx4090")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        bars = app.query_one("#memory-bars")
+        assert not app.query_one("#memory-stages").display and bars.outer_size.height == 3  # a border, 2 lines
+        lines = str(app.query_one("#memory-verdict", Static).render()).splitlines()
+        assert len(lines) == 2 and "does not fit: DiT denoising needs" in lines[0] and lines[1].startswith("fix: ")
+        await pilot.resize_terminal(80, 40)  # taller only
+        await pilot.pause()
+        assert app.query_one("#memory-stages").display and "DiT denoising" in bars.text.splitlines()[1]

@@ -58,7 +58,7 @@ async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
         await pilot.pause()
         tabs = app.query_one("TabbedContent")
         assert tabs.active == "resolution" and str(tabs.get_tab("resolution").label) == "Plan"
-        assert "768x512x121" in text(app, "#memory-bars")
+        assert "768x512x121" in app.query_one("#memory-bars").text
         await set_run(pilot, frames="120")  # refused with the words of --frames, the run unchanged
         assert app.focused is app.query_one("#run-frames", Input)
         status = text(app, "#run-status")
@@ -67,16 +67,16 @@ async def test_the_plan_tab_sets_the_run_that_memory_and_the_tune_use():
         assert "frames: '0' is not a whole number >= 1" in text(app, "#run-status")
         await set_run(pilot, resolution="770x512", frames="121")
         assert "multiples of 32" in text(app, "#run-status")
-        assert app.run_shapes.label == "768x512x121" and "768x512x121" in text(app, "#memory-bars")
+        assert app.run_shapes.label == "768x512x121" and "768x512x121" in app.query_one("#memory-bars").text
         await set_run(pilot, resolution="1536x1024")
-        assert "use 1536x1024x121" in text(app, "#run-status") and "1536x1024x121:" in text(app, "#memory-bars")
+        assert "use 1536x1024x121" in text(app, "#run-status") and "1536x1024x121:" in app.query_one("#memory-bars").text
         await set_run(pilot, batch="2", enter=False)
         assert "1536x1024x121 batch 2: enter applies" in text(app, "#run-status")  # typed, not applied yet
-        assert "batch 2" not in text(app, "#memory-bars")
+        assert "batch 2" not in app.query_one("#memory-bars").text
         await pilot.press("enter")
         await pilot.pause()
         assert "use 1536x1024x121 batch 2" in text(app, "#run-status")
-        assert "1536x1024x121 batch 2" in text(app, "#memory-bars")
+        assert "1536x1024x121 batch 2" in app.query_one("#memory-bars").text
         await pilot.press("escape", "u")  # out of the inputs: the keys are the app's again
         await wait_for(pilot, lambda: shapes_tuned)
         assert shapes_tuned == ["1536x1024x121 batch 2"]
