@@ -953,7 +953,7 @@ async def test_the_tune_candidate_being_measured_counts_its_seconds(monkeypatch)
         await pilot.pause(0.1)
         assert "measuring" not in status()  # the clock stops with the tune
         # the table's rows beside the count of the values timed ("[n/4]" over 29 rows)
-        assert "(1 of 2 values not timed: their reason says why)" in status()
+        assert "(1 of 2 values without a time: their reason says why)" in status()
         assert bar.percentage == 1
 
 

@@ -186,7 +186,7 @@ class TunePanel(Vertical):
         cancelled = cancelled or any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
         untimed = sum(c.status == "skipped" for c in tuned.candidates)
-        untimed = f" ({untimed} of {len(tuned.candidates)} values not timed: their reason says why)" if untimed else ""
+        untimed = f" ({untimed} of {len(tuned.candidates)} values without a time: their reason says why)" if untimed else ""
         self._status(Text(f"{head}: {picked}{untimed}{note}", style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
