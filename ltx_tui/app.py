@@ -116,11 +116,11 @@ class FitHeader(Header):
 
 
 def middle_cut(text: str, width: int) -> str:
-    """`text` in at most `width` cells (at least 9): its middle replaced by "…", most of what is kept
-    from its end (a path's file name)."""
-    if cell_len(text) <= width:
-        return text
+    """`text` in at most `width` cells (at least 9, never more than its own): its middle replaced by
+    "…", most of what is kept from its end (a path's file name)."""
     width = max(width, 9)
+    if cell_len(text) <= width:  # never longer than the text itself
+        return text
     tail = (2 * (width - 1)) // 3
     return chop_cells(text, width - 1 - tail)[0] + "…" + chop_cells(text[::-1], tail)[0][::-1]
 
@@ -192,8 +192,9 @@ class LtxTuiApp(App):
                 self.problems += [str(w) for w in warnings]
             except profmod.ProfileError as e:
                 if Path(profile_path).exists() or Path(profile_path).is_dir():
-                    self.problems.append(f"Could not load the profile: {e}. Editing the default profile; "
-                                         "exporting asks before replacing the file.")
+                    # what the app does first: a file with several problems takes a line each
+                    self.problems.append("Could not load the profile, editing the default profile (exporting asks "
+                                         f"before replacing the file):\n{e}")
                     self.load_failed = True
                 else:
                     self.new_file = True

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from backends.machine import capability as capmod
 from backends.machine import textfile
-from backends.machine.text import printable
+from backends.machine.text import printable, printable_lines
 from backends.machine.presets import load_capability
 from backends.config.run_length import run_calls
 from backends.config import profile as profmod
@@ -148,7 +148,10 @@ def decision_dict(d: Decision) -> dict[str, Any]:
 
 
 def _profile_fields(e: profmod.ProfileError) -> dict:
-    return {"file": e.path, "line": e.line, "key": e.key, "problem": e.problem, "fix": e.hint}
+    """The first problem's fields; `more` (where there are): the file's other problems, the same fields."""
+    fields = lambda p: {k: v for k, v in (("file", p.path), ("line", p.line), ("key", p.key), ("problem", p.problem),
+                                          ("fix", p.hint)) if v is not None}
+    return dict(fields(e), more=[fields(m) for m in e.more] or None)
 
 
 def smoke_line(row) -> str:
@@ -201,7 +204,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
         return EXIT_USAGE
 
     def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
-        print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
+        print(f"ltx-tui: {kind} error: {printable_lines(message)}", file=stderr)
         return EXIT_USAGE
 
     loaded = _load(profile_path, capability, usage_error, gpus)
@@ -290,7 +293,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
     def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
-        print(f"ltx-tui: {kind} error: {printable(message)}", file=stderr)
+        print(f"ltx-tui: {kind} error: {printable_lines(message)}", file=stderr)
         if as_json:
             print(error_json(kind, message, fields), file=stdout)
         return EXIT_USAGE

@@ -339,6 +339,18 @@ async def test_broken_profile_shows_the_error_instead_of_crashing():
         assert app.profile == load_profile(BROKEN.parent / "good" / "empty.toml")
 
 
+async def test_a_profile_with_several_problems_shows_each_and_says_first_what_the_app_does():
+    """What the app does with the file ("editing the default profile") came after the error: with a
+    line a problem it fell below the banner's six lines."""
+    app = make_app(profile_path=str(BROKEN / "several_problems.toml"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        lines = str(app.query_one("#banner", Static).render()).splitlines()
+        assert "editing the default profile" in lines[0]
+        assert sum(":4: transformer.attention" in x or ":6: diffvae.mode" in x or ":8: compile.enabld" in x
+                   for x in lines) == 3
+
+
 async def test_profile_is_loaded_into_the_list():
     path = BROKEN.parent / "good" / "every_key.toml"
     app = make_app(profile_path=str(path))

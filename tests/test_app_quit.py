@@ -194,6 +194,8 @@ def test_a_wide_character_path_is_cut_to_the_header_cells_not_its_characters():
         assert cell_len(shown) <= width and "…" in shown and shown.endswith(" *")
     assert middle_cut(path, 30).endswith("ファイル.toml *")
     assert middle_cut("/short/profile.toml", 30) == "/short/profile.toml"
+    # a header too narrow for even 9 cells of a short name: "s.toml" came out as "s.t….toml", longer
+    assert middle_cut("s.toml", 2) == "s.toml" and middle_cut("profile.toml", 4) == "pro….toml"
 
 
 async def test_the_quit_question_follows_a_smoke_run_that_ends_while_it_is_shown():

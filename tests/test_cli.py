@@ -328,6 +328,12 @@ def test_a_json_usage_error_names_file_line_key_and_problem(capsys, tmp_path):
     code, out, _ = run(capsys, "--check", "--json", "--profile", str(tmp_path / "none.toml"), "--capability", "h200")
     error = json.loads(out)["error"]
     assert code == 2 and error["file"] == str(tmp_path / "none.toml") and "line" not in error and error["fix"]
+    assert "more" not in error
+    path.write_text('[transformer]\nquantization = "fp9"\nattention = "x"\n')  # each problem, not the first only
+    code, out, err = run(capsys, "--check", "--json", "--profile", str(path), "--capability", "h200")
+    error = json.loads(out)["error"]
+    assert error["line"] == 2 and [(m["line"], m["key"]) for m in error["more"]] == [(3, "transformer.attention")]
+    assert "\n" in error["message"] and f"{path}:3: transformer.attention" in err
 
 
 def test_json_with_an_output_file_writes_it_and_says_so(capsys, tmp_path):

@@ -41,6 +41,9 @@ BROKEN_CASES = {
     "unknown_table_far.toml": (2, ["unknown table [nosuchsection]", "known tables"]),
     # a user trial: tomllib's "Cannot overwrite a value" named neither the key nor the other line
     "key_set_twice.toml": (6, ["transformer.quantization: set twice (lines 4 and 6)", "keep one"]),
+    # a user trial: only the first of three problems was said, one fix a run
+    "several_problems.toml": (4, ["transformer.attention: \"flash3\" is not allowed", ":6: diffvae.mode: ",
+                                  ":8: compile.enabld: unknown key 'enabld' in [compile]"]),
 }
 
 
@@ -59,6 +62,15 @@ def test_broken_profiles_name_the_problem(name):
     assert err.line == line
     for fragment in fragments:
         assert fragment in text
+
+
+def test_every_problem_of_a_profile_is_said_one_a_line_the_first_as_the_error():
+    with pytest.raises(ProfileError) as info:
+        prof.load(BROKEN / "several_problems.toml")
+    err = info.value
+    assert (err.line, err.key) == (4, "transformer.attention") and [(m.line, m.key) for m in err.more] == [
+        (6, "diffvae.mode"), (8, "compile.enabld")]
+    assert len(str(err).splitlines()) == 3
 
 
 def test_missing_file():

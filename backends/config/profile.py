@@ -39,14 +39,17 @@ GENERATED_KEYS = ("tool_version", "time", "capability_fingerprint", "capability_
 
 
 class ProfileError(Exception):
-    """A profile that cannot be read; `str()` names file, line, key, value, what is allowed, a fix."""
+    """A profile that cannot be read; `str()` names file, line, key, value, what is allowed, a fix;
+    `more`: the file's other problems, each a line of `str()` after the first."""
 
     def __init__(self, path: str | os.PathLike, problem: str, *, line: int | None = None,
-                 key: str | None = None, hint: str | None = None) -> None:
+                 key: str | None = None, hint: str | None = None, more: tuple[ProfileError, ...] = ()) -> None:
         self.path, self.line, self.key, self.problem, self.hint = str(path), line, key, problem, hint
+        self.more = more
         where = self.path + (f":{line}" if line else "")
-        text = f"{where}: " + (f"{key}: " if key else "") + problem
-        super().__init__(printable(text + (f" ({hint})" if hint else "")))  # paths and keys may hold control characters
+        text = f"{where}: " + (f"{key}: " if key else "") + problem + (f" ({hint})" if hint else "")
+        # paths and keys may hold control characters
+        super().__init__("\n".join([printable(text), *(str(m) for m in more)]))
 
 
 class ProfileExistsError(FileExistsError):
@@ -87,13 +90,15 @@ def _line_of(text: str, table: str | None, key: str | None) -> int | None:
 
 
 def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str = "") -> tuple[Profile, list[ProfileWarning]]:
-    """A Profile from parsed TOML data; raises ProfileError on the first bad entry."""
+    """A Profile from parsed TOML data; raises ProfileError on the first bad entry, the others after
+    it in its `more`."""
     warnings: list[ProfileWarning] = []
+    errors: list[ProfileError] = []
 
     def fail(problem: str, *, table: str | None = None, key: str | None = None, hint: str | None = None) -> None:
         line = _line_of(text, table, key) if text else None
         keypath = ".".join(x for x in (table, key) if x) or None
-        raise ProfileError(path, problem, line=line, key=keypath, hint=hint)
+        errors.append(ProfileError(path, problem, line=line, key=keypath, hint=hint))
 
     version = data.get("schema_version")
     if not data:
@@ -110,20 +115,25 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
     elif version < 1:
         fail(f"schema_version {version} is not valid; the first schema is 1", key="schema_version")
 
+    if errors:  # a schema this ltx-tui does not read: its entries mean nothing yet
+        raise errors[0]
     allowed_top = ["schema_version", "generated", *SECTIONS]
     values: dict[str, Any] = {}
     for top, body in data.items():
         if top not in allowed_top and isinstance(body, dict):
             hint = suggest(top, [*SECTIONS, "generated"]) or f"known tables: {', '.join(SECTIONS)}, generated"
             fail(f"unknown table {_header(top)}", table=top, hint=hint)
+            continue
         if top not in allowed_top:
             hint = suggest(top, ["schema_version"]) or (
                 f"the only key outside a table is schema_version; options go in their tables ({', '.join(SECTIONS)})")
             fail(f"unknown key {top!r} outside any table", key=top, hint=hint)
+            continue
         if top in ("schema_version",):
             continue
         if not isinstance(body, dict):
             fail(f"expected a table [{top}], found {type_name(body)}", key=top)
+            continue
         if top == "generated":
             continue
         names = [o.name for o in OPTIONS if o.section == top]
@@ -134,16 +144,22 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
                 hint = suggest(name, names) or (f"it belongs in [{elsewhere[0].split('.')[0]}]" if elsewhere
                                                  else f"keys of [{top}]: {', '.join(names)}")
                 fail(f"unknown key {name!r} in [{top}]", table=top, key=name, hint=hint)
-
+                continue
             try:
                 values[key] = OPTIONS_BY_KEY[key].convert(value)
             except InvalidValue as e:
                 fail(e.problem, table=top, key=name, hint=e.hint)
-    try:
-        profile = Profile().replace(**values) if values else Profile()
-    except InvalidValue as e:  # an invariant across options
-        table, _, name = e.key.partition(".")
-        fail(e.problem, table=table, key=name, hint=e.hint)
+    profile = Profile()
+    if values and not errors:  # an invariant across options is checked on values that each are valid
+        try:
+            profile = profile.replace(**values)
+        except InvalidValue as e:
+            table, _, name = e.key.partition(".")
+            fail(e.problem, table=table, key=name, hint=e.hint)
+    if errors:
+        first, *more = sorted(errors, key=lambda e: e.line or 0)
+        raise ProfileError(first.path, first.problem, line=first.line, key=first.key, hint=first.hint,
+                           more=tuple(more))
     gen = data.get("generated")
     if isinstance(gen, dict):
         extra = [k for k in gen if k not in GENERATED_KEYS]

@@ -26,6 +26,12 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(lambda m: _escape(m.group()), text)
 
 
+def printable_lines(text: str) -> str:
+    """`text` a line at a time as `printable` shows it: its own line breaks kept (a message that lists
+    several problems, one a line)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def shell_word(text: str) -> str:
     """`text` as one shell word: single-quoted where needed (shlex.quote), or bash's `$'...'` with
     escapes when it holds control characters (a pasted line then stays one line)."""
