@@ -172,7 +172,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
         except (OSError, profmod.ProfileError) as e:
             return usage(f"--output {output}: cannot write ({getattr(e, 'strerror', None) or e})")
     code = _report(tuned, shapes, keys, auto, time.monotonic() - t0, as_json, stdout, tuned.reused,
-                   "--fresh" if fresh else f"{tuned.reused} from the cache", {o: plan[o].chain[-1].reason for o in auto})
+                   "none from the cache (--fresh)" if fresh else f"{tuned.reused} of them from the cache",
+                   {o: plan[o].chain[-1].reason for o in auto})
     if output and not as_json:
         print(f"wrote {output} with the chosen values pinned", file=stdout)
     return code
@@ -221,8 +222,8 @@ def _report(tuned: Tuned, shapes: RunShapes, keys: tuple[str, ...], auto: dict, 
     for option, value in auto.items():
         why = (reasons or {}).get(option) or tuned.why(option, chosen[option])
         print(f"auto:   {option} {AUTO_WORD.get(option, 'auto')} -> {show_value(value)} ({why})", file=stdout)
-    timed = sum(c.status != "skipped" for c in rows)
-    untimed = f"; {len(rows) - timed} not timed here (skipped: the reason says why)" if timed < len(rows) else ""
-    print(f"tuned in {seconds:.2f} s ({len(rows)} values: {timed} timed, {cached_note}{untimed})"
+    ran = sum(c.status != "skipped" for c in rows)  # measured, inaccurate or failed
+    skipped = f"; {len(rows) - ran} skipped: the reason says why" if ran < len(rows) else ""
+    print(f"tuned in {seconds:.2f} s ({len(rows)} values: {ran} ran, {cached_note}{skipped})"
           + "".join(f"; {n}" for n in tuned.notes), file=stdout)
     return code

@@ -711,7 +711,7 @@ async def test_tune_tab_shows_bars_and_auto_follows_the_measurements():
         assert [r[1] for r in live] == ["triton", "eager_sdpa"] and live[0][3] == "2.000" and live[1][2] == "█" * 16
         assert live[0][2].strip() == "█"  # the first row's bar rescaled when a slower value came (it stayed full)
         assert table.fixed_columns == 2  # option and value stay in sight when the table scrolls sideways
-        await wait_for(pilot, lambda: "measuring diffvae.na_backend = natten:hopper-fna (3 of 3 to time here)" in
+        await wait_for(pilot, lambda: "measuring diffvae.na_backend = natten:hopper-fna (value 3 of 3)" in
                        str(app.query_one("#tune-status", Static).render()))  # not the last result: it looked hung
         await pilot.press("o")  # the UI keeps working while the tune runs
         assert app.query_one("TabbedContent").active == "options"
@@ -958,15 +958,19 @@ async def test_the_tune_candidate_being_measured_counts_its_seconds(monkeypatch)
         assert bar.total is None  # the first value's seconds pulse (0% for its 20 s looked hung)
         tune.progress(3, 4, Candidate("diffvae.na_backend", "natten", RUNNING))
         assert (bar.total, bar.progress) == (4, 3)
-        await wait_for(pilot, lambda: re.search(r"measuring diffvae.na_backend = natten \(4 of 4 to time here\): \d+ s",
+        await wait_for(pilot, lambda: re.search(r"measuring diffvae.na_backend = natten \(value 4 of 4\): \d+ s",
                                                 status()))
         tune.show(Tuned("x", "768x512x121", (Candidate("diffvae.na_backend", "triton", "measured", 2.0, 1e-3),
                                              Candidate("diffvae.na_backend", "natten", "skipped", reason="no"))))
         await pilot.pause(0.1)
         assert "measuring" not in status()  # the clock stops with the tune
         # the table's rows beside the count of the values timed ("[n/4]" over 29 rows)
-        assert "(1 of 2 values without a time: their reason says why)" in status()
+        assert "(1 of 2 values skipped: their reason says why)" in status()
         assert bar.percentage == 1
+        tune.start("768x512x121")
+        tune.progress(0, 4, Candidate("diffvae.na_backend", "triton", RUNNING))
+        tune.failed("Tune failed: the worker died")  # the bar stops pulsing with it
+        assert (bar.total, bar.progress) == (1, 0)
 
 
 async def test_a_cancelled_smoke_run_does_not_fill_its_bar_nor_time_what_never_ran():

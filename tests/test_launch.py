@@ -6,10 +6,12 @@ import dataclasses
 import json
 
 import pytest
+import torch
 
 from backends.config.options import Profile
 from backends.launch import flags
 from backends.machine import runs
+from backends.machine.presets import preset
 from backends.machine.runs import ModelRecord, RunRecord, StageRecord
 from fakes import decided
 from ltx_tui.cli import main
@@ -567,3 +569,21 @@ def test_a_profile_asking_for_what_nothing_in_ltx2_runs_is_refused_dry_or_not(lt
     err = capsys.readouterr().err
     assert "transformer.sparse_attention = \"sla\": nothing here runs sparse_attention = sla" in err
     assert "fix: set transformer.sparse_attention = \"none\"" in err
+    # with a flag that disagrees as well, the flag first (exit 2), as the run refuses it before the plan
+    assert main(["run", "--profile", str(prof)] + (["--dry-run"] if dry else []) + [
+        "--", "ltx_pipelines.distilled", "--quantization", "fp8-cast"]) == 2
+    assert "--quantization fp8-cast: the profile has transformer.quantization = none" in capsys.readouterr().err
+
+
+def test_only_a_sparse_attention_of_the_pipeline_options_stops_the_runtime():
+    """parallel.gpus on a CPU is the launcher's to judge (LTX-2 runs there in the tests); a sparse
+    attention is nobody's: the runtime refused nothing and LTX-2 ran without it."""
+    from backends.config.plan import resolve
+    from backends.runtime.apply import ProfileNotRunnable, apply_profile
+
+    sparse = Profile().replace(**{"transformer.sparse_attention": "sla"})
+    assert [d.option for d in resolve(sparse, preset("h100")).blocking] == ["transformer.sparse_attention"]
+    cpu = resolve(Profile(), preset("cpu"))
+    assert cpu["parallel.gpus"].status.value == "error" and not cpu.blocking
+    with pytest.raises(ProfileNotRunnable, match="transformer.sparse_attention"):
+        apply_profile(torch.nn.Linear(2, 2), sparse, preset("cpu"))

@@ -208,15 +208,21 @@ def test_a_ctrl_c_while_a_worker_starts_still_lists_it_for_the_kill(monkeypatch)
     assert started[0].wait(timeout=5) == -signal.SIGKILL
 
 
-def test_the_count_says_what_was_timed_and_taken_from_the_cache(capsys, tmp_path, fake_worker):
-    """A trial: '(29 candidates, 4 from the cache)' counted the cache before the tune (what it held, not
-    what the tune took) beside rows of values never timed here."""
+def test_the_count_says_what_ran_and_what_was_taken_from_the_cache(capsys, tmp_path, fake_worker):
+    """A trial: '(29 candidates, 4 from the cache)' counted what the cache held before the tune (here a
+    row of a value that cannot run on this CPU), not what the tune took from it."""
+    from backends.machine.tuned import Candidate, store_tuned
+
     args = ATTENTION
     assert main(args + ["--output", str(tmp_path / "a.toml")]) == 0
     first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tuned in"))
-    timed = int(first.split(" values: ")[1].split(" timed")[0])
-    assert f"values: {timed} timed, 0 from the cache" in first and "not timed here (skipped" in first
+    ran = int(first.split(" values: ")[1].split(" ran")[0])
+    assert f"values: {ran} ran, 0 of them from the cache; " in first and " skipped: the reason says why" in first
+    cap = capmod.probe()
+    held = load_tuned(cap, "224x224x9")
+    store_tuned(cap, dataclasses.replace(held, candidates=held.candidates + (
+        Candidate("transformer.attention", "sdpa_cudnn", "measured", 1.0, 1e-4),)))  # no candidate on a CPU
     assert main(args + ["--output", str(tmp_path / "b.toml"), "--json"]) == 0  # --output: not the quick path
-    assert json.loads(capsys.readouterr().out)["from_cache"] == timed
+    assert json.loads(capsys.readouterr().out)["from_cache"] == ran
     assert main(args + ["--output", str(tmp_path / "c.toml"), "--fresh"]) == 0
-    assert f"values: {timed} timed, --fresh;" in capsys.readouterr().out
+    assert f"values: {ran} ran, none from the cache (--fresh); " in capsys.readouterr().out

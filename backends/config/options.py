@@ -417,6 +417,8 @@ _NA = "installs an NAFunction on every module with attention_function and kernel
 _COMPILE = "torch.compile per transformer block"
 _OFFLOAD = "streams each transformer block's weights from host memory"
 _PIPELINE = "nothing in ltx-tui's runtime; left to the LTX-2 pipeline"
+_TURBO = ("nothing: TurboDiffusion's scripts run it, neither LTX-2 v1.2.0's pipelines nor ltx-tui's runtime; "
+          "the runtime and ltx-tui run refuse a value other than none")
 
 OPTIONS: tuple[OptionSpec, ...] = (
     _choice("diffvae.mode", DiffVAEMode, "How the DiffVAE decoder runs: chunked or combined, eager or compiled.",
@@ -441,9 +443,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "Which linears are quantized: LTX-2's block linears (as its fp8-cast), or every nn.Linear.",
             runtime="selects the linears the quantization replaces"),
     _choice("transformer.sparse_attention", SparseAttention, "TurboDiffusion sparse-linear attention in the transformer.",
-            rules=("sparse.runs", "sparse.sla", "sparse.sagesla"), runtime=_PIPELINE),
+            rules=("sparse.runs", "sparse.sla", "sparse.sagesla"), runtime=_TURBO),
     OptionSpec("transformer.sla_topk", Kind.FLOAT, "Fraction of blocks kept by sparse attention.",
-               minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_PIPELINE),
+               minimum=0.0, maximum=1.0, exclusive_minimum=True, runtime=_TURBO),
     OptionSpec("transformer.fast_norm", Kind.BOOL, "Fused normalisation kernels in the transformer.",
                runtime="installs one-pass AdaLN and post-attention norms (kernels.adaln) and q/k norm + RoPE "
                        "(kernels.dit_qk) in LTX-2's DiT blocks"),

@@ -23,15 +23,13 @@ from backends.machine.tuned import Tuned
 # The runtime's steps, in the order apply_profile takes them.
 STEP_ORDER = ("env", "diffvae_layout", "na_backend", "dense_attention", "fast_norm", "quantize", "offload",
               "compile", "capture")
-# Options the runtime leaves to the LTX-2 pipeline or launcher, and why.
+# Options the runtime leaves to the LTX-2 pipeline or launcher, and why: their errors are judged
+# where they run (the GPUs, the batch), not by the runtime.
 PIPELINE = {
-    "transformer.sparse_attention": "sparse attention is TurboDiffusion's; ltx-tui's runtime does not install it",
-    "transformer.sla_topk": "used by TurboDiffusion's sparse attention only",
     "memory.max_batch_size": "batching is the pipeline's (--max-batch-size)",
     "parallel.gpus": "multi-GPU launch is the pipeline's (*_mgpu modules)",
     "parallel.devices": "device selection is the launcher's (CUDA_VISIBLE_DEVICES)",
 }
-JUDGED_WHERE_THEY_RUN = ("memory.max_batch_size", "parallel.gpus", "parallel.devices")
 
 
 @dataclass(frozen=True)
@@ -89,8 +87,8 @@ class Plan:
     @property
     def blocking(self) -> list[Decision]:
         """Errors that stop the runtime: all but those of the options the launcher or the pipeline judge
-        where they run (the GPUs, the batch). A sparse attention nothing installs stops it too."""
-        return [d for d in self.decisions if d.status is Status.ERROR and d.option not in JUDGED_WHERE_THEY_RUN]
+        where they run (PIPELINE). A sparse attention, which nothing installs, stops it."""
+        return [d for d in self.decisions if d.status is Status.ERROR and d.option not in PIPELINE]
 
     def refusal(self) -> str:
         """Why the runtime refuses this plan, an option a line with its fix ("" when it does not)."""

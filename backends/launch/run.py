@@ -208,6 +208,8 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         if policy.conflicts and not dry_run:
             raise LaunchError(conflict_message(policy, decided_label(label, profile, plan)))
     if plan.blocking:
+        if dry_run and policy.conflicts:  # the run refuses the flags first (exit 2)
+            raise LaunchError(conflict_message(policy, decided_label(label, profile, plan)))
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
     if multi_gpu and n > 1 and preflight:  # one rank: _check_world says whether a GPU is there

@@ -75,7 +75,7 @@ class Tuned:
     budget_s: float | None = None
     notes: tuple[str, ...] = field(default=())
     runs: int = 1  # generations a process runs (`--tune --runs N`): what a compile is paid over
-    reused: int = 0  # candidates the tune that gave this took from the cache, not timed again (not stored)
+    reused: int = 0  # results (not skips) the tune that gave this took from the cache (not stored)
 
     def ranked(self, option: str, calls: int | None = None) -> list[Candidate]:
         """The measured (accurate) candidates of `option`, fastest first: by steady time, or with

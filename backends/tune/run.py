@@ -180,7 +180,9 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
         reused = tuned.reused
         earlier = load_tuned(cap, shapes.label)
         if earlier is not None:
+            cancelled = tuned
             tuned = _kept_over_cancelled(tuned, earlier)
+            reused += sum(a is not b and b.status != "skipped" for a, b in zip(cancelled.candidates, tuned.candidates))
         if earlier is not None and set(tuned.candidates) <= set(earlier.candidates):  # nothing new measured
             tuned = dataclasses.replace(tuned, written=earlier.written)
         if runs is None:
@@ -246,7 +248,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 limit = left
             if hit is not None:
                 result = hit
-                reused += 1
+                reused += hit.status != "skipped"  # a result taken over (a value stopped as slower is not one)
             elif cancel is not None and cancel.is_set():
                 result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
             elif left < MIN_TIMEOUT:

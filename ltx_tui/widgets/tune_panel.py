@@ -127,8 +127,7 @@ class TunePanel(Vertical):
         if c is None:
             return
         if c.status == RUNNING:
-            self._measuring = (f"measuring {c.option} = {c.value} ({done + 1} of {total} to time here)",
-                               time.monotonic())
+            self._measuring = (f"measuring {c.option} = {c.value} (value {done + 1} of {total})", time.monotonic())
             self._tick()
             self._clock.resume()
             return
@@ -137,7 +136,7 @@ class TunePanel(Vertical):
         self._put(c)
         self._refill()
         if c.status != "skipped":
-            self._status(Text(f"{c.option} = {c.value}: {c.status} ({done} of {total} timed)"))
+            self._status(Text(f"{c.option} = {c.value}: {c.status} ({done} of {total} done)"))
 
     @staticmethod
     def _key(c: Candidate) -> str:
@@ -185,10 +184,11 @@ class TunePanel(Vertical):
         picked = f"chosen {picked}" if picked else "nothing measured, nothing chosen"
         cancelled = cancelled or any(c.reason == "cancelled" for c in tuned.candidates)
         head = f"cancelled: {tuned.shapes} partly measured" if cancelled else tuned.shapes
-        untimed = sum(c.status == "skipped" for c in tuned.candidates)
-        untimed = f" ({untimed} of {len(tuned.candidates)} values without a time: their reason says why)" if untimed else ""
-        self._status(Text(f"{head}: {picked}{untimed}{note}", style="green" if chosen and not cancelled else "yellow"))
+        skipped = sum(c.status == "skipped" for c in tuned.candidates)
+        skipped = f" ({skipped} of {len(tuned.candidates)} values skipped: their reason says why)" if skipped else ""
+        self._status(Text(f"{head}: {picked}{skipped}{note}", style="green" if chosen and not cancelled else "yellow"))
 
     def failed(self, message: str) -> None:
         self._stop_clock()
+        self.query_one(ProgressBar).update(total=1, progress=0)  # not a pulse beside the failure
         self._status(Text(message, style="red"))
