@@ -36,6 +36,7 @@ from backends.machine import capability as capmod
 from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
+from backends.machine.text import shell_word
 from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
 from backends.config.plan import Plan, explain, plan_here, resolve
 from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes  # DEFAULT_RUN: until the Plan tab changes it
@@ -192,9 +193,13 @@ class LtxTuiApp(App):
                 self.problems += [str(w) for w in warnings]
             except profmod.ProfileError as e:
                 if Path(profile_path).exists() or Path(profile_path).is_dir():
-                    # what the app does first: a file with several problems takes a line each
-                    self.problems.append("Could not load the profile, editing the default profile (exporting asks "
-                                         f"before replacing the file):\n{e}")
+                    # what the app does first: a file with several problems takes a line each, more than
+                    # the banner's lines at 80x24
+                    n = 1 + len(e.more)
+                    count = f" ({n} problems: ltx-tui --check --profile {shell_word(profile_path)} lists them)" \
+                        if n > 1 else ""
+                    self.problems.append(f"Could not load the profile{count}, editing the default profile (exporting "
+                                         f"asks before replacing the file):\n{e}")
                     self.load_failed = True
                 else:
                     self.new_file = True

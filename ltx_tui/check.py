@@ -147,6 +147,12 @@ def decision_dict(d: Decision) -> dict[str, Any]:
     return data
 
 
+def _shown(kind: str, message: str) -> str:
+    """A usage error's message on stderr: a profile's a problem a line (each line already escaped by
+    ProfileError), any other on one line with its control characters escaped."""
+    return printable_lines(message) if kind == "profile" else printable(message)
+
+
 def _profile_fields(e: profmod.ProfileError) -> dict:
     """The first problem's fields; `more` (where there are): the file's other problems, the same fields."""
     fields = lambda p: {k: v for k, v in (("file", p.path), ("line", p.line), ("key", p.key), ("problem", p.problem),
@@ -204,7 +210,7 @@ def explain_option(key: str, *, profile_path: str | None, capability: str | None
         return EXIT_USAGE
 
     def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
-        print(f"ltx-tui: {kind} error: {printable_lines(message)}", file=stderr)
+        print(f"ltx-tui: {kind} error: {_shown(kind, message)}", file=stderr)
         return EXIT_USAGE
 
     loaded = _load(profile_path, capability, usage_error, gpus)
@@ -293,7 +299,7 @@ def run_check(*, profile_path: str | None, capability: str | None, as_json: bool
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
     def usage_error(kind: str, message: str, fields: dict | None = None) -> int:
-        print(f"ltx-tui: {kind} error: {printable_lines(message)}", file=stderr)
+        print(f"ltx-tui: {kind} error: {_shown(kind, message)}", file=stderr)
         if as_json:
             print(error_json(kind, message, fields), file=stdout)
         return EXIT_USAGE

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from backends.machine import runs as ledger_mod
-from backends.machine.text import printable
+from backends.machine.text import printable, printable_lines
 from backends.machine.textfile import FileProblem
 from ltx_tui.usage import error_json, refuse_empty
 
@@ -66,8 +66,8 @@ def _runs_parser() -> argparse.ArgumentParser:
 
 
 def _say(text: str) -> None:
-    """`text` on stderr, its lines kept and every other control character escaped (`printable`)."""
-    print("\n".join(printable(line) for line in text.split("\n")), file=sys.stderr, flush=True)
+    """`text` on stderr, its lines kept and every other control character escaped."""
+    print(printable_lines(text), file=sys.stderr, flush=True)
 
 
 def _built_line(built) -> str:
@@ -156,20 +156,22 @@ def run_main(argv: list[str]) -> int:
         return _ranks_done(outcome, args)
     if not outcome.ran:  # the module's --help: nothing to record
         return outcome.code
-    _record(outcome, args, "recorded as run")
+    _record(outcome, args)
     return outcome.code
 
 
-def _record(outcome, args, recorded: str, as_list: bool = False) -> None:
-    """Append the outcome's record to the ledger, show it (`as_list`: as the multi-GPU JSON list), say
-    its error and where it went (`recorded`: the words before its id)."""
+def _record(outcome, args, no_rank: bool = False) -> None:
+    """Append the outcome's record to the ledger, show it, say its error and where it went (`no_rank`:
+    a multi-GPU module's exit before any rank recorded a run, shown as the ranks' JSON list is)."""
     record = outcome.record
+    what = "the module's exit as run" if no_rank else "as run"
     try:
-        where = f"{recorded} {record.id} in {ledger_mod.append(record, args.ledger)}"
+        where = f"recorded {what} {record.id} in {ledger_mod.append(record, args.ledger)}"
     except OSError as e:
         where = f"not recorded: the ledger {args.ledger or ledger_mod.default_ledger()} cannot be written ({e})"
+    where = f"no rank recorded a run; {where}" if no_rank else where
     if args.json:
-        print(json.dumps([record.to_dict()] if as_list else record.to_dict(), indent=1, default=str))
+        print(json.dumps([record.to_dict()] if no_rank else record.to_dict(), indent=1, default=str))
     else:
         sys.stdout.write(show(record))
     _say_error(outcome)
@@ -187,7 +189,7 @@ def _ranks_done(outcome, args) -> int:
     failed with no rank's record (it exited before its fleet ran a job) is recorded from here, as one GPU's."""
     ranks = outcome.rank_records
     if not ranks and outcome.code != EXIT_OK:
-        _record(outcome, args, "no rank recorded a run; recorded the module's exit as run", as_list=True)
+        _record(outcome, args, no_rank=True)
         return outcome.code
     if args.json and (ranks or outcome.ran):
         print(json.dumps([r.to_dict() for r in ranks], indent=1, default=str))

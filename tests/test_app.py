@@ -345,10 +345,15 @@ async def test_a_profile_with_several_problems_shows_each_and_says_first_what_th
     app = make_app(profile_path=str(BROKEN / "several_problems.toml"))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        lines = str(app.query_one("#banner", Static).render()).splitlines()
-        assert "editing the default profile" in lines[0]
+        banner = app.query_one("#banner", Static)
+        lines = str(banner.render()).splitlines()
         assert sum(":4: transformer.attention" in x or ":6: diffvae.mode" in x or ":8: compile.enabld" in x
                    for x in lines) == 3
+        # what is in sight of the banner's six lines: the count, where to read them all, what the app does
+        shown = " ".join("".join(seg.text for seg in line) for line in banner.render_lines(banner.region.reset_offset))
+        shown = " ".join(shown.split())
+        assert banner.outer_size.height == 6 and "(3 problems: ltx-tui --check --profile" in shown
+        assert "several_problems.toml lists them), editing the default profile" in shown
 
 
 async def test_profile_is_loaded_into_the_list():
@@ -1152,3 +1157,6 @@ async def test_a_short_terminal_shows_the_memory_plan_in_its_verdict_lines():
         await pilot.resize_terminal(80, 40)  # taller only
         await pilot.pause()
         assert app.query_one("#memory-stages").display and "DiT denoising" in bars.text.splitlines()[1]
+        bars.show(None)  # no plan yet: the waiting line alone, not a blank line above it
+        await pilot.pause()
+        assert not app.query_one("#memory-stages").display and bars.outer_size.height == 2

@@ -279,3 +279,20 @@ def test_nvml_names_are_made_printable():
     session = nvml.NvmlSession(FakeNvml([gpu]))
     _, devices = session.read_all()
     assert devices[0]["name"] == "NVIDIA\\x1b[2J H100"
+
+
+def test_a_message_of_several_lines_keeps_them_and_escapes_the_rest():
+    from backends.machine.text import printable, printable_lines
+
+    text = "a.toml:2: x\x1b[2J\na.toml:4: y\r\u202e"
+    assert printable_lines(text) == "a.toml:2: x\\x1b[2J\na.toml:4: y\\r\\u202e"
+    assert printable(text) == "a.toml:2: x\\x1b[2J\\na.toml:4: y\\r\\u202e"  # one line
+
+
+def test_a_profile_path_with_a_line_break_stays_one_line_a_problem(capsys, tmp_path):
+    """A profile's problems are a line each: a line break in its path is escaped, not a line."""
+    path = tmp_path / "a\nb.toml"
+    path.write_text('[transformer]\nattention = "x"\nquantization = "y"\n')
+    code, _, err = run(capsys, "--check", "--profile", str(path), "--capability", "h200")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2 and all("a\\nb.toml:" in line for line in lines)

@@ -157,7 +157,7 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
             table, _, name = e.key.partition(".")
             fail(e.problem, table=table, key=name, hint=e.hint)
     if errors:
-        first, *more = sorted(errors, key=lambda e: e.line or 0)
+        first, *more = sorted(errors, key=lambda e: (e.line is None, e.line or 0))  # by line, unknown last
         raise ProfileError(first.path, first.problem, line=first.line, key=first.key, hint=first.hint,
                            more=tuple(more))
     gen = data.get("generated")

@@ -17,7 +17,7 @@ class MemoryBars(Vertical):
     BORDER_TITLE = "Memory per stage"
 
     def compose(self) -> ComposeResult:
-        yield Static(id="memory-stages")
+        yield Static(id="memory-stages", classes="empty")  # no line of its own until there is a plan
         yield Static(Text("waiting for the capability…", style="dim"), id="memory-verdict")
 
     @property
@@ -27,8 +27,8 @@ class MemoryBars(Vertical):
 
     def show(self, plan: MemoryPlan | None) -> None:
         stages, verdict = self.query_one("#memory-stages", Static), self.query_one("#memory-verdict", Static)
+        stages.set_class(plan is None, "empty")
         if plan is None:
-            stages.update("")
             verdict.update(Text("waiting for the capability…", style="dim"))
             return
         top = max([s.peak_bytes for s in plan.stages] + [plan.free_bytes or 0])
