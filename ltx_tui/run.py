@@ -120,7 +120,9 @@ def run_main(argv: list[str]) -> int:
                                                 if s.kind in prep.policy.decoder_steps],
                               "multi_gpu": prep.multi_gpu, "world_size": prep.world_size,
                               "barrier_timeout_s": launcher.barrier_timeout(prep),
-                              "notes": list(prep.policy.notes + prep.notes)}, indent=1))
+                              "notes": list(prep.policy.notes + prep.notes),
+                              "not_refused": launcher.not_refused(prep.plan),
+                              "exit_code": EXIT_USAGE if prep.policy.conflicts else EXIT_OK}, indent=1))
         else:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:

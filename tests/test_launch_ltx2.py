@@ -238,6 +238,12 @@ def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipe
                  *args]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["versions"] == {"ltx-core": "1.2.0", "ltx-pipelines": "1.2.0"}
+    # a trial: "parallel.gpus ... error" on this CPU and exit 0, unexplained; --check --json has exit_code
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    assert data["exit_code"] == 0 and data["not_refused"] == (["parallel.gpus"] if cpu else [])
+    assert ("  not refused: parallel.gpus is not ltx-tui's to judge" in out) == cpu
     # a conflict: the whole dry run is shown, the verdict says what exits 2, and it exits 2
     assert main(["run", "--profile", str(profile), "--dry-run", "--", "ltx_pipelines.distilled", *args,
                  "--compile", "mode=max-autotune"]) == 2
