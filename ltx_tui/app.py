@@ -228,7 +228,8 @@ class LtxTuiApp(App):
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield FitHeader()
-        yield Static(Text("\n".join(self.problems)), id="banner", classes="visible" if self.problems else "")
+        with VerticalScroll(id="banner-box", classes="visible" if self.problems else ""):
+            yield Static(Text("\n".join(self.problems)), id="banner")
         with Horizontal(id="body"):
             with VerticalScroll(id="side"):
                 yield GpuPanel(id="side-gpu")
@@ -291,7 +292,7 @@ class LtxTuiApp(App):
         self._title_path = self.profile_path or ""  # the part `format_title` shortens to fit
         target = self.link_target if self.new_file else None
         where = (f"{self.profile_path} (new file" + (f": the link's target {target})" if target else ")")
-                 if self.new_file else f"{self.profile_path} (not loaded: the default profile)" if self.load_failed
+                 if self.new_file else f"{self.profile_path} (not loaded)" if self.load_failed
                  else self.profile_path) or "default profile"
         summary = f"{summarize(self.decisions)} — " if self.decisions else ""
         self.sub_title = f"{summary}{where}{' *' if self.dirty else ''}"
@@ -328,9 +329,8 @@ class LtxTuiApp(App):
         self.query_one(OptionsList).border_title = Text(f"Options for {target_text(self.capability)}")
 
     def _show_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
-        banner.update(Text("\n".join(self.problems)))
-        banner.set_class(bool(self.problems), "visible")
+        self.query_one("#banner", Static).update(Text("\n".join(self.problems)))
+        self.query_one("#banner-box").set_class(bool(self.problems), "visible")
 
     # --- GPUs -----------------------------------------------------------------------------
     def _poll(self) -> None:

@@ -334,7 +334,7 @@ async def test_broken_profile_shows_the_error_instead_of_crashing():
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         banner = app.query_one("#banner", Static)
-        assert banner.has_class("visible")
+        assert app.query_one("#banner-box").has_class("visible")
         assert "unknown_enum.toml:4" in str(banner.render()) and "fp8-cast" in str(banner.render())
         assert app.profile == load_profile(BROKEN.parent / "good" / "empty.toml")
 
@@ -350,10 +350,16 @@ async def test_a_profile_with_several_problems_shows_each_and_says_first_what_th
         assert sum(":4: transformer.attention" in x or ":6: diffvae.mode" in x or ":8: compile.enabld" in x
                    for x in lines) == 3
         # what is in sight of the banner's six lines: the count, where to read them all, what the app does
-        shown = " ".join("".join(seg.text for seg in line) for line in banner.render_lines(banner.region.reset_offset))
+        shown = " ".join("".join(seg.text for seg in line) for line in banner.render_lines(banner.region.reset_offset)[:6])
         shown = " ".join(shown.split())
-        assert banner.outer_size.height == 6 and "(3 problems: ltx-tui --check --profile" in shown
+        box = app.query_one("#banner-box")
+        assert box.outer_size.height == 6 and "(3 problems: ltx-tui --check --profile" in shown
         assert "several_problems.toml lists them), editing the default profile" in shown
+        # the rest is a scroll away, and the bar says so (a trial: cut at six lines, nothing to say so)
+        assert box.max_scroll_y > 0 and box.show_vertical_scrollbar
+        box.scroll_end(animate=False)
+        await pilot.pause()
+        assert box.scroll_y == box.max_scroll_y
 
 
 async def test_profile_is_loaded_into_the_list():

@@ -276,7 +276,7 @@ async def test_a_profile_that_could_not_be_loaded_is_said_so_in_the_header(tmp_p
     app = make_app(profile_path=str(path))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        assert app.sub_title.endswith(f"{path} (not loaded: the default profile)")
+        assert app.sub_title.endswith(f"{path} (not loaded)")  # the banner says the default profile is edited
 
 
 async def test_a_profile_that_does_not_exist_yet_is_said_to_be_new(tmp_path):
