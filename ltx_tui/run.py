@@ -240,9 +240,10 @@ def _profile(r) -> str:
     return printable(r.profile.get("path") or "none (LTX-2 as built, its own flags)")
 
 
-def _argv(r) -> str:
-    """LTX-2's argv as a shell would take it back (quoted), cut at 60 characters."""
-    return printable(shlex.join(r.ltx_argv))[:60] or "(none)"
+def _argv(r, cut: int | None = 60) -> str:
+    """LTX-2's argv as a shell would take it back (quoted), cut at `cut` characters with an ellipsis."""
+    text = printable(shlex.join(r.ltx_argv))
+    return (text[:cut - 1] + "…" if cut and len(text) > cut else text) or "(none)"
 
 
 def show(r) -> str:
@@ -250,6 +251,7 @@ def show(r) -> str:
     r = ledger_mod.displayed(r)
     lines = [f"run {r.id}: {r.module}{_of_ranks(r)} {r.status} (exit {r.exit}), {r.wall_s:.1f} s wall, "
              f"profile {_profile(r)}"]
+    lines.append(f"  ltx argv: {_argv(r, cut=None)}")
     if r.error:
         lines.append("  error: " + r.error.replace("\n", "\n         "))
     lines.append(f"  {'stage':<20} {'s':>9} {'load s':>7} {'compute':>8} {'steps':>5} {'s/step':>7} {'peak GiB':>8} "

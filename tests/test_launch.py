@@ -587,3 +587,17 @@ def test_only_a_sparse_attention_of_the_pipeline_options_stops_the_runtime():
     assert cpu["parallel.gpus"].status.value == "error" and not cpu.blocking
     with pytest.raises(ProfileNotRunnable, match="transformer.sparse_attention"):
         apply_profile(torch.nn.Linear(2, 2), sparse, preset("cpu"))
+
+
+def test_a_long_ltx_argv_is_cut_with_an_ellipsis_and_shown_whole_by_show(tmp_path, capsys):
+    """A trial: --compare cut the argv mid-quote with nothing to say so, and --show never printed it."""
+    path = tmp_path / "runs.jsonl"
+    argv = ("--prompt", "a cat [red]x[/] with a very long prompt " * 3, "--seed", "7")
+    runs.append(dataclasses.replace(record("20261130-220000-aaaa"), ltx_argv=argv), path)
+    runs.append(record("20261130-230000-bbbb"), path)
+    assert main(["runs", "--ledger", str(path), "--compare", "20261130-22", "-1"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("A = "))
+    assert line.endswith("…)") and "--seed" not in line
+    assert main(["runs", "--ledger", str(path), "--show", "20261130-22"]) == 0
+    out = capsys.readouterr().out
+    assert "  ltx argv: --prompt 'a cat [red]x[/] with" in out and "--seed 7" in out
