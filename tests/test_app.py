@@ -982,6 +982,10 @@ async def test_the_tune_candidate_being_measured_counts_its_seconds(monkeypatch)
         tune.progress(0, 4, Candidate("diffvae.na_backend", "triton", RUNNING))
         tune.failed("Tune failed: the worker died")  # the bar stops pulsing with it
         assert (bar.total, bar.progress) == (1, 0)
+        tune.show(Tuned("x", "224x224x9", (Candidate("diffvae.na_backend", "triton", "measured", 2.0, 1e-3),)))
+        tune.idle("768x512x121")
+        tune.failed("Not tuned: no CUDA device here.")  # the rows that stay say which run they are
+        assert "The rows below were measured at 224x224x9, not this run's 768x512x121." in status()
 
 
 async def test_a_cancelled_smoke_run_does_not_fill_its_bar_nor_time_what_never_ran():

@@ -50,6 +50,7 @@ class TunePanel(Vertical):
         self._measuring: tuple[str, float] | None = None  # the status line of the one measuring, since when
         self._rows: dict[str, Candidate] = {}  # the table's rows by key, in order
         self._chosen: set[str] = set()  # the keys of the rows shown bold
+        self._shown = ""  # the run shapes the rows were measured at
 
     def on_mount(self) -> None:
         self._clock = self.set_interval(self.TICK_S, self._tick, pause=True)
@@ -114,7 +115,7 @@ class TunePanel(Vertical):
 
     def start(self, label: str) -> None:
         self._stop_clock()
-        self._done = []
+        self._done, self._shown = [], label
         self._clear()
         self.query_one(ProgressBar).update(total=1, progress=0)
         self._status(Text(f"tuning {label}: each candidate in a subprocess — press c to cancel"))
@@ -173,6 +174,7 @@ class TunePanel(Vertical):
         self.query_one(ProgressBar).update(total=max(len(tuned.candidates), 1),
                                            progress=ended if tuned.candidates else 1)
         self._clear()
+        self._shown = tuned.shapes
         chosen = tuned.chosen(run_calls(tuned))
         options = list(dict.fromkeys(c.option for c in tuned.candidates))
         # per option: what was timed first, then what was not (and why)
@@ -191,4 +193,6 @@ class TunePanel(Vertical):
     def failed(self, message: str) -> None:
         self._stop_clock()
         self.query_one(ProgressBar).update(total=1, progress=0)  # not a pulse beside the failure
+        if self._rows and self._shown != self.label:  # the rows that stay are another run's (a trial: unsaid)
+            message += f" The rows below were measured at {self._shown}, not this run's {self.label}."
         self._status(Text(message, style="red"))
