@@ -37,7 +37,7 @@ from backends.machine.presets import load_capability
 from backends.config import profile as profmod
 from backends.machine.nvml import NvmlSession
 from backends.machine.text import shell_word
-from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile
+from backends.config.options import OPTIONS_BY_KEY, InvalidValue, Kind, Profile, show_value
 from backends.config.plan import Plan, explain, plan_here, resolve
 from backends.config.ltx2_shapes import DEFAULT_RUN, RunShapes  # DEFAULT_RUN: until the Plan tab changes it
 from backends.config.memory import plan_memory
@@ -468,6 +468,21 @@ class LtxTuiApp(App):
     def dirty(self) -> bool:
         """Whether the profile differs from what was loaded or last exported (a change set back is none)."""
         return self.profile != self._saved
+
+    def set_option_said(self, key: str, value: Any) -> None:
+        """The command palette's `set KEY = VALUE`: set it, highlight it in the Options list and say what
+        it resolved to (a trial: only the header's error count moved)."""
+        self.set_option(key, value)
+        options = self.query_one(OptionsList)
+        options.highlighted = options.get_option_index(key)
+        d = next((d for d in self.decisions if d.option == key), None)
+        if d is None:  # still probing: resolved once the capability is known
+            self.notify(f"{key} = {show_value(self.profile.get(key))}", markup=False)
+            return
+        said = f"{key} = {show_value(d.requested)} → {d.effective_text} ({d.status.value})"
+        self.notify(said + (f": {d.message}" if d.status is not Status.OK and d.message else ""), markup=False,
+                    severity="error" if d.status is Status.ERROR else "warning" if d.status is not Status.OK
+                    else "information")
 
     def set_option(self, key: str, value: Any) -> None:
         """Change one option of the profile and re-resolve (a value the profile refuses is reported)."""

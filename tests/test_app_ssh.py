@@ -331,3 +331,17 @@ def test_explanation_lines_wrap_under_their_own_text():
         i = next(n for n, line in enumerate(lines) if line.startswith(prefix))
         assert lines[i + 1].startswith(" " * hang) and lines[i + 1][hang] != " ", lines
     assert all(len(line) <= 60 for line in lines), lines
+
+
+async def test_a_palette_set_says_what_it_resolved_to_and_highlights_the_option():
+    """A trial: `set offload.mode = cpu` from the palette on a CPU gave no word; only the header's error
+    count moved."""
+    app = make_app("cpu")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await run_command(pilot, "set offload.mode = cpu", lambda: str(app.profile.offload.mode) == "cpu")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any(m.startswith("offload.mode = cpu → cannot run (error): ") for m in said)
+        options = app.query_one("#options-list")
+        assert options.get_option_at_index(options.highlighted).id == "offload.mode"

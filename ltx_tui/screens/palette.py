@@ -44,7 +44,7 @@ class LtxCommands(Provider):
                 for value in choice_values(spec):
                     status, why = marks.get(value, (None, ""))
                     here = f"{MARK[status] or '✓'} {status.value}: {why}" if status else spec.help
-                    yield (f"set {spec.key} = {value}", partial(app.set_option, spec.key, typed_choice(spec, value)),
+                    yield (f"set {spec.key} = {value}", partial(app.set_option_said, spec.key, typed_choice(spec, value)),
                            f"{'(current) ' if value == now else ''}{here}")
             else:
                 yield (f"set {spec.key} = …", partial(app.edit_option, spec.key),
