@@ -401,6 +401,9 @@ def test_a_missing_dependency_of_ltx2_is_said_as_that(ltx2_pipelines, monkeypatc
     assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled"]) == 2
     err = capsys.readouterr().err
     assert "they import torchaudio, which this Python does not have: `pip install torchaudio`" in err
+    # a trial: "must match torch 2.13.0+cpu", where PyPI has no torchaudio for it: say what then
+    assert "where none is published for it, install a torch that has one" in err and "+cpu" not in err.split(
+        "must match torch")[1].split(")")[0]
     assert "is missing" not in err and "as released" not in err and "is not v1.2.0" not in err
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from backends.runtime.ltx2 import import_from_src, import_ltx_core
+from backends.runtime.ltx2 import ENV as CORE_ENV, import_from_src, import_ltx_core
 
 SUPPORTED = "1.2.0"
 PIPELINES_ENV = "LTX2_PIPELINES_SRC"
@@ -205,7 +205,10 @@ def _install_hint(modules: tuple[str, ...]) -> str:
     known = [m for m in modules if m in PIP_NAMED]
     rest = [m for m in modules if m not in PIP_NAMED]
     try:
-        torch = f"; torchaudio's build must match torch {version('torch')}" if "torchaudio" in known else ""
+        release = version("torch").split("+")[0]
+        torch = (f"; torchaudio's build must match torch {release} (`pip install torchaudio=={release}`): where "
+                 "none is published for it, install a torch that has one (torchaudio's versions follow torch's)"
+                 if "torchaudio" in known else "")
     except PackageNotFoundError:
         torch = ""
     hints = [f"`pip install {' '.join(known)}` in this Python{torch}"] if known else []
@@ -225,6 +228,10 @@ def require(multi_gpu: bool = False) -> dict[str, str | None]:
         raise GateError(f"LTX-2's pipelines cannot be loaded here: they import {names}, which this Python does not "
                         f"have: {_install_hint(found.missing)}"
                         + (f"\nLTX-2 also differs from what `ltx-tui run` wraps:\n{problems}" if problems else ""))
+    if not found.versions:  # not importable at all (a trial: "LTX-2 is not what ... wraps" read oddly)
+        raise GateError(f"LTX-2 cannot be imported here: {found.problems[0]}; `ltx-tui run` needs ltx-core and "
+                        f"ltx-pipelines v{SUPPORTED} (installed, or {CORE_ENV} and {PIPELINES_ENV} set to their src/ "
+                        "folders)")
     if found.problems:
         raise GateError("LTX-2 is not what `ltx-tui run` wraps:\n" + problems
                         + f"\n`ltx-tui run` supports ltx-core and ltx-pipelines v{SUPPORTED} as released; "
