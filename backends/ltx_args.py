@@ -35,8 +35,10 @@ def ltx_args(plan: Plan, label: str = "profile") -> str:
         else:
             flags.append(text)
 
-    if p.memory.expandable_segments:
+    if plan["memory.expandable_segments"].effective:
         env.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    elif p.memory.expandable_segments:  # asked, but of no use where the plan was made (no CUDA)
+        notes.append(f"memory.expandable_segments = true left out: {plan['memory.expandable_segments'].chain[-1].reason}")
     if multi:
         devices = p.parallel.devices or tuple(range(p.parallel.gpus))
         env.append("export CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices)))

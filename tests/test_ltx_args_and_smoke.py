@@ -30,6 +30,10 @@ def test_default_profile_flags():
     assert "# memory.max_batch_size = 1: --max-batch-size is read only by some pipeline modules" in out
     assert "--offload" not in out and "--quantization" not in out and "--compile" not in out
     assert "# diffvae.na_backend = auto: no ltx-pipelines flag" in out
+    # a trial: on a CPU the export set the allocator variable the plan says has no effect there
+    cpu = L(P(), "cpu")
+    assert "export PYTORCH_CUDA_ALLOC_CONF" not in cpu
+    assert "# memory.expandable_segments = true left out: no effect without CUDA" in cpu
 
 
 @pytest.mark.parametrize("q", ["fp8-cast", "fp8-scaled-mm", "nvfp4-cast", "nvfp4-prequant"])
