@@ -111,7 +111,7 @@ def parse(data: dict[str, Any], path: str | os.PathLike = "<profile>", text: str
              hint=f"write schema_version = {SCHEMA_VERSION}")
     elif version > SCHEMA_VERSION:
         fail(f"schema_version {version} is newer than this ltx-tui understands ({SCHEMA_VERSION})",
-             key="schema_version", hint="upgrade ltx-tui (pip install -U ltx-tui), or re-export the profile")
+             key="schema_version", hint="upgrade ltx-tui (git pull, then the README's install line), or re-export the profile with this one")
     elif version < 1:
         fail(f"schema_version {version} is not valid; the first schema is 1", key="schema_version")
 
