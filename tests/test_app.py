@@ -1123,6 +1123,7 @@ async def test_u_reuses_the_cache_and_shift_u_measures_afresh(monkeypatch):
     assert asked == [False, True]
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 async def test_help_grows_with_the_terminal():
     """At 200x50 the help stayed 22 rows tall and still had to be scrolled; at 80x24 it keeps its 22."""
     for size, rows in (((80, 24), 22), ((200, 50), 46)):

@@ -102,6 +102,7 @@ def test_nvml_read_that_never_returns_neither_blocks_nor_overlaps():
     assert info["available"] and len(devs) == 1 and nvml.init_calls == 2 and nvml.shutdown_calls == 1
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_process_exits_promptly_while_an_nvml_read_hangs():
     import subprocess
     import sys

@@ -16,6 +16,7 @@ from backends.runtime.apply import apply_profile
 pytestmark = [pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core")]
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_ltx2s_blocks_run_the_kernels_and_compute_what_they_did():
     model = ltx2.tiny_transformer(layers=2)
     fast = copy.deepcopy(model)

@@ -158,6 +158,7 @@ def test_the_fast_norm_check_runs_ltx2s_blocks_on_this_cpu():
     assert result.status == "pass" and "LTX-2 LTXModel" in result.message, result
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_a_checks_message_says_how_many_modules_each_option_changed():
     """A newcomer trial: the message ended "...: 2 diffvae.na_backend", a count with nothing to say what of."""
     from dataclasses import asdict

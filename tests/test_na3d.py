@@ -209,6 +209,7 @@ def test_autotune_prunes_tiles_longer_than_an_axis_and_small_tiles_above_small_c
 
 
 @pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_a_first_call_autotunes_then_launches_the_chosen_tile_straight(monkeypatch, shared):
     """The autotuned path (the interpreter otherwise takes a fixed tile): the tuner of the call's
     kernel flavour times the pruned tiles once per key; the next call launches its choice."""

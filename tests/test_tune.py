@@ -119,6 +119,7 @@ def fake_worker(monkeypatch, tmp_path):
     return install_fake_worker(monkeypatch, tmp_path)
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_tune_times_chooses_and_caches(fake_worker):
     cap, shapes = live(), RunShapes(768, 512, 121)
     events = []
@@ -153,6 +154,7 @@ def test_tune_times_chooses_and_caches(fake_worker):
     assert again.written == written == load_tuned(cap, shapes.label).written  # nothing new: still dated when measured
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_a_slow_first_value_leaves_the_other_options_their_share(fake_worker, monkeypatch):
     """An option's first value with nothing of its option measured yet (the profile's eager_sdpa, which
     hangs here as NATTEN's flex-fna crawls on a CPU) takes at most half the budget left: the rest is
@@ -170,6 +172,7 @@ def test_a_slow_first_value_leaves_the_other_options_their_share(fake_worker, mo
     assert tuned.chosen().get("diffvae.na_backend") == "triton" and "transformer.attention" in tuned.chosen()
 
 
+@pytest.mark.slow  # 2-15 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 def test_a_value_cut_at_its_share_is_started_again_with_what_is_left(fake_worker, monkeypatch):
     """Two slow priors: the next tune gave the first its half share again, no more than it had, so it
     was never started again ("give it a --budget over 2 s" with 4 s given). Now it gets what is left."""
