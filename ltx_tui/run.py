@@ -109,6 +109,7 @@ def run_main(argv: list[str]) -> int:
         _say(f"ltx-tui run: {e}")
         return e.code
     if args.dry_run:
+        code = EXIT_USAGE if prep.policy.conflicts else EXIT_OK  # as the run would refuse its flags
         if args.json:
             print(json.dumps({"module": prep.module, "profile": prep.profile_path, "sha256": prep.profile_sha256,
                               "versions": prep.versions, "command": prep.command(),
@@ -121,15 +122,13 @@ def run_main(argv: list[str]) -> int:
                               "multi_gpu": prep.multi_gpu, "world_size": prep.world_size,
                               "barrier_timeout_s": launcher.barrier_timeout(prep),
                               "notes": list(prep.policy.notes + prep.notes),
-                              "not_refused": launcher.not_refused(prep.plan),
-                              "exit_code": EXIT_USAGE if prep.policy.conflicts else EXIT_OK}, indent=1))
+                              "not_refused": prep.plan.not_refused, "exit_code": code}, indent=1))
         else:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:
             label = launcher.decided_label(prep.profile_path, prep.profile, prep.plan)
             _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, label)}")
-            return EXIT_USAGE
-        return EXIT_OK
+        return code
     for w in prep.env_warnings:
         _say(f"ltx-tui run: warning: {w}")
     for n in prep.notes:

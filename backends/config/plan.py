@@ -90,6 +90,12 @@ class Plan:
         where they run (PIPELINE). A sparse attention, which nothing installs, stops it."""
         return [d for d in self.decisions if d.status is Status.ERROR and d.option not in PIPELINE]
 
+    @property
+    def not_refused(self) -> list[str]:
+        """The options in error the runtime and the launcher let through: PIPELINE's, judged where the
+        run goes (a single-GPU module without CUDA runs on the device LTX-2 picks, the CPU)."""
+        return [d.option for d in self.decisions if d.status is Status.ERROR and d.option in PIPELINE]
+
     def refusal(self) -> str:
         """Why the runtime refuses this plan, an option a line with its fix ("" when it does not)."""
         if not self.blocking:

@@ -347,12 +347,6 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
     return plan_here(visible, cap, length=length, run=run)
 
 
-def not_refused(plan: Plan) -> list[str]:
-    """The options in error that the launcher lets through: the pipeline's to judge where it runs
-    (a single-GPU module without CUDA runs on the device LTX-2 picks, the CPU)."""
-    return [d.option for d in plan if d.status is Status.ERROR and d.option in PIPELINE]
-
-
 def describe(prep: Prepared) -> str:
     """The dry run: the plan, the flags' verdicts, who does what, and the LTX-2 command."""
     lines = [f"ltx-tui run: {prep.module} with {prep.profile_path} (sha256 {prep.profile_sha256[:12]})",
@@ -364,7 +358,7 @@ def describe(prep: Prepared) -> str:
         lines.append(f"  {d.option:<{width}} = {shown:<20} {d.status}")
         if d.status is not Status.OK and d.message:
             lines.append(f"  {'':<{width}}   {d.message}" + (f" (fix: {d.remedy})" if d.remedy else ""))
-    for option in not_refused(prep.plan):  # a trial: the plan said "error", the dry run exited 0
+    for option in prep.plan.not_refused:  # a trial: the plan said "error", the dry run exited 0
         lines.append(f"  not refused: {option} is not ltx-tui's to judge ({PIPELINE[option]}); the run goes on, on the "
                      "device LTX-2 picks (the CPU without CUDA)")
     lines += ["", "LTX-2 flags on the command line:"]

@@ -177,12 +177,11 @@ def tune(profile: Profile, cap: Capability, shapes: RunShapes, *, options: tuple
     with tune_lock(cancel, on_wait) as unlocked:
         spent += min(FINISH_S, budget / 100)
         tuned = _tune(profile, cap, shapes, options, budget, fresh, on_event, cancel, spent)
-        reused = tuned.reused
         earlier = load_tuned(cap, shapes.label)
         if earlier is not None:
-            cancelled = tuned
             tuned = _kept_over_cancelled(tuned, earlier)
-            reused += sum(a is not b and b.status != "skipped" for a, b in zip(cancelled.candidates, tuned.candidates))
+        held = set(earlier.candidates) if earlier is not None else set()  # results taken over, not timed again
+        reused = sum(c in held and c.status != "skipped" for c in tuned.candidates)
         if earlier is not None and set(tuned.candidates) <= set(earlier.candidates):  # nothing new measured
             tuned = dataclasses.replace(tuned, written=earlier.written)
         if runs is None:
@@ -226,7 +225,6 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
     fastest: dict[str, tuple[float, float, str]] = {}  # option -> (ms, worker seconds, value)
     t0 = time.monotonic() - spent  # the budget's start
     spare: Worker | None = None
-    reused = 0
     try:
         for i in range(len(specs)):
             if i == priors:  # the other values: the large wins first (compiled ones, the fp8/int8 GEMMs), by
@@ -248,7 +246,6 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
                 limit = left
             if hit is not None:
                 result = hit
-                reused += hit.status != "skipped"  # a result taken over (a value stopped as slower is not one)
             elif cancel is not None and cancel.is_set():
                 result = Candidate(spec.option, spec.value, "skipped", reason="cancelled")
             elif left < MIN_TIMEOUT:
@@ -292,7 +289,7 @@ def _tune(profile: Profile, cap: Capability, shapes: RunShapes, options: tuple[s
             spare.kill()
     order = {(s.option, s.value): i for i, s in enumerate(sorted(specs, key=lambda s: options.index(s.option)))}
     done.sort(key=lambda c: (options.index(c.option), order.get((c.option, c.value), len(order))))
-    return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget, reused=reused)
+    return Tuned(cap.fingerprint(), shapes.label, tuple(done), budget_s=budget)
 
 
 def _new_worker() -> Worker:
