@@ -326,6 +326,7 @@ async def test_w_opens_the_run_inputs_and_escape_leaves_them():
     assert not app.is_running
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 async def test_escape_from_a_refused_run_puts_the_run_in_use_back_in_its_fields():
     """Escape from an emptied width field left it empty, 'resolution '': expected WIDTHxHEIGHT' on
     screen, and the field still refused when the Plan tab was shown again."""
@@ -461,6 +462,7 @@ async def test_auto_follows_the_tune_at_the_plan_tabs_run_and_says_when_there_is
         assert "measured at 768x512x121" in text(app, "#tune-status")  # the latest, said to be another shape's
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 async def test_enter_applies_the_run_and_gives_the_keys_back():
     """After enter the field kept the focus: `n` then typed into it ("768x512n"), not the Tune tab."""
     app = make_app()
@@ -475,6 +477,7 @@ async def test_enter_applies_the_run_and_gives_the_keys_back():
         assert app.focused is app.query_one("#run-frames", Input)
 
 
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes (CI runs it)
 async def test_the_plan_table_keeps_an_effective_value_too_long_for_its_line(tmp_path):
     """`combined_compile → combined_compile` is wider than the option column: the row of two lines cut
     the effective value off, at 80 and at 200 columns. Now it gets a line of its own."""
