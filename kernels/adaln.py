@@ -15,6 +15,8 @@ one-token timesteps) or per token. The rms is over the last dimension, eps insid
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -45,9 +47,13 @@ def _modulate(n, SCALE, SHIFT, sc_off, sh_off, d, m, dtype: tl.constexpr):
 
 
 @triton.jit
-def _fp8_row(y, Q, S, row, D, d, m, QMAX: tl.constexpr):
-    """Row `row` of y (fp32) quantized into Q, its scale into S (`quantize_rows`'s arithmetic)."""
-    s = tl.maximum(tl.max(tl.abs(y), 0), 1e-12) / QMAX
+def _fp8_row(y, Q, S, row, D, d, m, QMAX: tl.constexpr, FS, FIXED: tl.constexpr):
+    """Row `row` of y (fp32) quantized into Q, its scale into S (`quantize_rows`'s arithmetic); with
+    FIXED, by the one scale at FS (a bound above every row's amax / QMAX: `bound_scale`)."""
+    if FIXED:
+        s = tl.load(FS)
+    else:
+        s = tl.maximum(tl.max(tl.abs(y), 0), 1e-12) / QMAX
     tl.store(Q + row * D + d, (y / s).to(Q.dtype.element_ty), mask=m)
     tl.store(S + row, s)
 
@@ -67,8 +73,8 @@ def _gated_residual(X, Y, RES, row, D, d, m, G1, o1, sd1, G2, o2, sd2, GATES: tl
 
 
 @triton.jit
-def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
-              KEEP: tl.constexpr, FP8: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
+def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, FS, T, D, eps, sb_scale, st_scale, sb_shift, st_shift,
+              KEEP: tl.constexpr, FP8: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr, FIXED: tl.constexpr):
     """OUT = ada_zero(X) (with KEEP); with FP8, its rows (as rounded to OUT's dtype) quantized
     into Q with their scales in S."""
     row = tl.program_id(0).to(tl.int64)
@@ -82,7 +88,7 @@ def _ada_zero(X, SCALE, SHIFT, OUT, Q, S, T, D, eps, sb_scale, st_scale, sb_shif
     if KEEP:
         tl.store(OUT + row * D + d, y, mask=m)
     if FP8:
-        _fp8_row(y.to(tl.float32), Q, S, row, D, d, m, QMAX)
+        _fp8_row(y.to(tl.float32), Q, S, row, D, d, m, QMAX, FS, FIXED)
 
 
 @triton.jit
@@ -99,17 +105,18 @@ def _post_sa(X, Y, GATE, W, RES, NORMED, S, T, D, eps, sb_gate, st_gate, HAS_W: 
     if HAS_W:
         out = out * tl.load(W + d, mask=m, other=0.0).to(tl.float32)
     if FP8:
-        _fp8_row(out.to(RES.dtype.element_ty).to(tl.float32), NORMED, S, row, D, d, m, QMAX)
+        _fp8_row(out.to(RES.dtype.element_ty).to(tl.float32), NORMED, S, row, D, d, m, QMAX, S, False)
     else:
         tl.store(NORMED + row * D + d, out.to(NORMED.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _add_ada_zero(X, Y, G1, G2, SC1, SH1, SC2, SH2, RES, Q1, S1, Q2, S2, T, D, eps,
+def _add_ada_zero(X, Y, G1, G2, SC1, SH1, SC2, SH2, RES, Q1, S1, Q2, S2, FS1, FS2, T, D, eps,
                   g1b, g1t, g1d, g2b, g2t, g2d, s1b, s1t, h1b, h1t, s2b, s2t, h2b, h2t,
-                  GATES: tl.constexpr, TWO: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
+                  GATES: tl.constexpr, TWO: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr,
+                  FIXED1: tl.constexpr, FIXED2: tl.constexpr):
     """RES = x + y * gates (their product, in fp32) and the fp8 rows of ada_zero(RES) for one or two
-    (scale, shift) pairs (Q1/S1, Q2/S2), from the residual as stored."""
+    (scale, shift) pairs (Q1/S1, Q2/S2), from the residual as stored (FIXEDi: by the scale at FSi)."""
     row = tl.program_id(0).to(tl.int64)
     b, t = row // T, row % T
     d = tl.arange(0, BLOCK)
@@ -118,10 +125,10 @@ def _add_ada_zero(X, Y, G1, G2, SC1, SH1, SC2, SH2, RES, Q1, S1, Q2, S2, T, D, e
     n = r * tl.rsqrt(tl.sum(r * r, 0) / D + eps)
     dtype = RES.dtype.element_ty
     _fp8_row(_modulate(n, SC1, SH1, b * s1b + t * s1t, b * h1b + t * h1t, d, m, dtype).to(tl.float32),
-             Q1, S1, row, D, d, m, QMAX)
+             Q1, S1, row, D, d, m, QMAX, FS1, FIXED1)
     if TWO:
         _fp8_row(_modulate(n, SC2, SH2, b * s2b + t * s2t, b * h2b + t * h2t, d, m, dtype).to(tl.float32),
-                 Q2, S2, row, D, d, m, QMAX)
+                 Q2, S2, row, D, d, m, QMAX, FS2, FIXED2)
 
 
 def _rows(x: torch.Tensor, name: str, *mods: tuple[str, torch.Tensor]) -> list[tuple[int, int]]:
@@ -178,24 +185,47 @@ def ada_zero(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tens
         return ada_zero_torch(x, eps, scale, shift)
     out = torch.empty_like(x)
     b, t, d = x.shape
-    _ada_zero[(b * t,)](x, scale, shift, out, out, out, t, d, float(eps), *sc, *sh, KEEP=True, FP8=False,
-                        QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=row_warps(d))
+    _ada_zero[(b * t,)](x, scale, shift, out, out, out, out, t, d, float(eps), *sc, *sh, KEEP=True, FP8=False,
+                        QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), FIXED=False, num_warps=row_warps(d))
     return out
 
 
+def bound_scale(scale: torch.Tensor, shift: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ada_zero(x, eps, scale, shift) over `dim` features, whatever x: (a power-of-two fp8 scale s
+    with every |output| / s <= FP8_MAX, a bound on each output row's L2 norm), both (1,) fp32. The
+    norm's rows have |n_j| <= ||n|| <= sqrt(dim), so |y_j| <= sqrt(dim) |1 + scale_j| + |shift_j|
+    and ||y|| <= sqrt(dim) max|1 + scale| + ||shift||; 1% over both covers the bf16 rounding of y."""
+    grow = math.sqrt(dim) * (1 + scale.float()).abs().amax()
+    sh = shift.float()
+    amax = (grow + sh.abs().amax()) * 1.01
+    norm = (grow + sh.reshape(-1, sh.shape[-1]).norm(dim=1).amax()) * 1.01
+    s = torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-30) / FP8_MAX)))
+    return s.reshape(1), norm.reshape(1)
+
+
+def _fixed(fixed: torch.Tensor | None, x: torch.Tensor, name: str) -> None:
+    if fixed is not None and (fixed.shape != (1,) or fixed.dtype != torch.float32 or fixed.device != x.device):
+        raise Refused(f"{name}: a fixed scale must be one float32 value on x's device (bound_scale), "
+                      f"got {tuple(fixed.shape)} {fixed.dtype} on {fixed.device}")
+
+
 def ada_zero_fp8(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor,
-                 keep: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                 keep: bool = False, fixed: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`ada_zero` and the fp8 row quantization of its output (`quantize_rows`) in one pass (CUDA or
-    the interpreter): (q (B*T, D) float8_e4m3fn, scale (B*T,) fp32, the bf16 output if `keep`)."""
+    the interpreter): (q (B*T, D) float8_e4m3fn, scale (B*T,) fp32, the bf16 output if `keep`). With
+    `fixed` ((1,) fp32, `bound_scale`'s), every row by that one scale (each row's scale holds it)."""
     (sc, sh) = check_ada_zero(x, scale, shift, "ada_zero_fp8")
+    _fixed(fixed, x, "ada_zero_fp8")
     if not (x.is_cuda or interpreting()):
         raise ValueError("ada_zero_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
     b, t, d = x.shape
     out = torch.empty_like(x) if keep else None
     q = torch.empty((b * t, d), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((b * t,), dtype=torch.float32, device=x.device)
-    _ada_zero[(b * t,)](x, scale, shift, x if out is None else out, q, s, t, d, float(eps), *sc, *sh, KEEP=keep,
-                        FP8=True, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d), num_warps=row_warps(d))
+    _ada_zero[(b * t,)](x, scale, shift, x if out is None else out, q, s, s if fixed is None else fixed, t, d,
+                        float(eps), *sc, *sh, KEEP=keep, FP8=True, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d),
+                        FIXED=fixed is not None, num_warps=row_warps(d))
     return q, s, out
 
 
@@ -279,11 +309,18 @@ def check_add_ada_zero(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tenso
 
 
 def add_ada_zero_fp8(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], eps: float,
-                     scales: list[torch.Tensor], shifts: list[torch.Tensor]) -> list[torch.Tensor]:
+                     scales: list[torch.Tensor], shifts: list[torch.Tensor],
+                     fixed: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
     """The residual add before an AdaLN and the norm's fp8 rows, in one pass (CUDA or the interpreter):
     [x + y * gates (B, T, D) in x's dtype, then per (scale, shift): q (B*T, D) float8_e4m3fn, its row
-    scales (B*T,) fp32], what `quantize_rows(ada_zero(x + y * gates, ...))` gives for each."""
+    scales (B*T,) fp32], what `quantize_rows(ada_zero(x + y * gates, ...))` gives for each; a norm
+    whose `fixed` entry is a scale ((1,) fp32, `bound_scale`'s) writes its rows by that one scale."""
     g, mods = check_add_ada_zero(x, y, gates, scales, shifts, "add_ada_zero_fp8")
+    fixed = list(fixed or [None] * len(scales))
+    if len(fixed) != len(scales):
+        raise Refused(f"add_ada_zero_fp8: {len(fixed)} fixed scales for {len(scales)} norms")
+    for f in fixed:
+        _fixed(f, x, "add_ada_zero_fp8")
     if not (x.is_cuda or interpreting()):
         raise ValueError("add_ada_zero_fp8 runs on CUDA (or under TRITON_INTERPRET=1)")
     b, t, d = x.shape
@@ -299,8 +336,9 @@ def add_ada_zero_fp8(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor]
     gp = [*gates, x, x][:2]
     gs = [*g, (0, 0, 0), (0, 0, 0)][:2]
     pairs = [(sc[0], sh[0]), (sc[-1], sh[-1])]
+    fs = [out[2] if fixed[0] is None else fixed[0], s2 if fixed[-1] is None else fixed[-1]]
     _add_ada_zero[(b * t,)](x, y, *gp, scales[0], shifts[0], scales[-1], shifts[-1], res, out[1], out[2], q2, s2,
-                            t, d, float(eps), *gs[0], *gs[1], *pairs[0][0], *pairs[0][1], *pairs[1][0], *pairs[1][1],
-                            GATES=len(gates), TWO=two, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d),
-                            num_warps=row_warps(d))
+                            *fs, t, d, float(eps), *gs[0], *gs[1], *pairs[0][0], *pairs[0][1], *pairs[1][0],
+                            *pairs[1][1], GATES=len(gates), TWO=two, QMAX=FP8_MAX, BLOCK=triton.next_power_of_2(d),
+                            FIXED1=fixed[0] is not None, FIXED2=two and fixed[-1] is not None, num_warps=row_warps(d))
     return out

@@ -161,3 +161,39 @@ def test_add_ada_zero_checks_its_arguments_up_front():
         adaln.add_ada_zero_fp8(x, x, [], 1e-6, [scale] * 3, [shift] * 3)
     with pytest.raises(ValueError, match="y must be"):
         adaln.add_ada_zero_fp8(x, x.transpose(1, 2).contiguous().transpose(1, 2), [], 1e-6, [scale], [shift])
+
+
+def _by_one_scale(q, s, want):
+    """e4m3 rows by the one scale `s` against the values they stand for: e4m3's half-ulp, or its
+    smallest subnormal step (the interpreter's float8 conversion keeps only the power of two below)."""
+    from kernels.na3d_triton import interpreting
+
+    err = (q.float() * s - want.float()).abs()
+    rel = 0.5 if interpreting() else 2**-4
+    assert bool((err <= want.float().abs() * rel + s * 2**-9).all()), err.max()
+
+
+def test_a_fixed_scale_writes_every_row_by_it_and_bounds_hold():
+    """`bound_scale` bounds ada_zero's output whatever x is (rows of one spike, where |n_j| = sqrt(D),
+    included), and the kernels with `fixed` write each row by that scale, in each row's scale."""
+    x, scale, shift, gate = inputs(torch.float16, t=6, d=40)
+    x[0, 0] = 0
+    x[0, 0, 3] = 50.0  # one spike: the norm's largest value, sqrt(40)
+    s, norm = adaln.bound_scale(scale, shift, 40)
+    ref = adaln.ada_zero(x, 1e-6, scale, shift)
+    assert s.shape == norm.shape == (1,) and float(torch.log2(s)) == round(float(torch.log2(s)))
+    assert float(ref.float().abs().amax() / s) <= 448 and float(ref.float().norm(dim=-1).amax()) <= float(norm)
+    assert float(ref.float().abs().amax() / s) > 448 / 4  # a bound, not a gross one: the spike row is near it
+    q, rows, _ = adaln.ada_zero_fp8(x, 1e-6, scale, shift, fixed=s)
+    assert torch.equal(rows, s.expand(12))
+    _by_one_scale(q, s, ref.reshape(12, 40))
+    y = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)).half()
+    res, q1, s1, q2, s2 = adaln.add_ada_zero_fp8(x, y, [gate], 1e-6, [scale, shift], [shift, scale], [None, s])
+    want1, want_s1, _ = adaln.ada_zero_fp8(res, 1e-6, scale, shift)
+    assert torch.equal(q1.float(), want1.float()) and torch.equal(s1, want_s1)  # the first keeps its row scales
+    assert torch.equal(s2, s.expand(12))
+    _by_one_scale(q2, s, adaln.ada_zero(res, 1e-6, shift, scale).reshape(12, 40))
+    with pytest.raises(ValueError, match="a fixed scale must be one float32 value"):
+        adaln.ada_zero_fp8(x, 1e-6, scale, shift, fixed=s.half())
+    with pytest.raises(ValueError, match="1 fixed scales for 2 norms"):
+        adaln.add_ada_zero_fp8(x, y, [gate], 1e-6, [scale, shift], [shift, scale], [s])

@@ -220,21 +220,14 @@ def test_the_profile_installs_it_and_says_where():
     assert not isinstance(plain.transformer_blocks[0].post_sa_function, fast_norm.FastPostSA)
 
 
-@pytest.mark.slow
-def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
-    """LTX-2's real DiT blocks with fp8-scaled-mm linears and fast_norm, compiled by Inductor (on the
-    CPU) with `runtime.shared_rows`: the AdaLN norms and post_sa write their linears' fp8 rows, and
-    the outputs are the eager model's."""
+def compiled_block_run(model, inputs) -> tuple:
+    """(the eager outputs, those with the first block compiled by Inductor with `runtime.shared_rows`,
+    the compiled code's text)."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
-    from backends.runtime import quant, shared_rows
+    from backends.runtime import shared_rows
 
-    model = ltx2.tiny_transformer(layers=1)
-    quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
-    quant.fuse_gelu(model)
-    fast_norm.install(model, traced=True)
-    inputs = ltx2.transformer_inputs(tokens=23, padded=0)
     block = model.transformer_blocks[0]
     eager_forward = block.forward
     torch._dynamo.reset()
@@ -243,7 +236,21 @@ def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
         assert shared_rows.install()
         block.forward = torch.compile(eager_forward)
         got, code = run_and_get_code(model, *inputs)
-    text = "\n".join(code)
+    return want, got, "\n".join(code)
+
+
+@pytest.mark.slow
+def test_a_compiled_ltx2_block_with_fp8_linears_has_its_norms_write_the_rows():
+    """LTX-2's real DiT blocks with fp8-scaled-mm linears and fast_norm, compiled by Inductor (on the
+    CPU) with `runtime.shared_rows`: the AdaLN norms and post_sa write their linears' fp8 rows, and
+    the outputs are the eager model's."""
+    from backends.runtime import quant
+
+    model = ltx2.tiny_transformer(layers=1)
+    quant.plan_quantization(model, "fp8-scaled-mm").apply(model)
+    quant.fuse_gelu(model)
+    fast_norm.install(model, traced=True)
+    want, got, text = compiled_block_run(model, ltx2.transformer_inputs(tokens=23, padded=0))
     # the self-attentions' AdaLN of each modality reads the block's input; the other six read a residual
     # add, which joins them: the a2v and v2a norms of one modality in one op, the FF's in another
     assert text.count("torch.ops.ltx_tui.ada_zero_rows.default(") == 2

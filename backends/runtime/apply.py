@@ -49,7 +49,7 @@ from backends.runtime.dense_attention import DenseFunction
 from backends.runtime import timestep_rows
 from backends.runtime.ltx2 import apply_decoder_layout, is_diffusion_decoder
 from backends.runtime.offload import BlockStreamer
-from backends.runtime.quant import fuse_gelu, plan_quantization
+from backends.runtime.quant import QuantizationPlan, fuse_gelu, plan_quantization
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
@@ -312,16 +312,33 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
                                  f"the DiT; apply_profile cannot quantize a built model with it (fix: run through "
                                  f"`ltx-tui run`, which passes --quantization {method} to LTX-2, or use fp8-scaled-mm)")
     qplan = plan_quantization(model, method, scope, include)
+    norms = plan.step("fast_norm")
+    lt_why = None if device.type == "cuda" else f"the model runs on {device}"
+    if method == "fp8-scaled-mm" and lt_why is None:
+        from kernels.lt_ff import available
+
+        lt_why = available(device)
 
     def apply(model, report):
-        replaced = qplan.apply(model)
+        ffs = []
+        if method == "fp8-scaled-mm" and norms is not None and norms.args["traced"] and lt_why is None:
+            from backends.runtime.fused_ff import fuse_ff
+
+            ffs = fuse_ff(model, qplan.targets)
+        targets = tuple(t for t in qplan.targets if not any(t.startswith(f"{n}.") for n in ffs))
+        replaced = QuantizationPlan(method, targets, qplan.skipped).apply(model)
         fused = fuse_gelu(model) if method == "fp8-scaled-mm" else []
         scope_text = scope + (f", include={include!r}" if include else "")
-        report.add("transformer.quantization", "replaced" if replaced else "no target",
-                   (f"{method} linears in scope {scope_text}" + (
-                       f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
-                       if fused else "")) if replaced
-                   else f"no nn.Linear in scope {scope_text} that {method} can run", replaced)
+        ff_text = (f"; {len(ffs)} FeedForward(s) in two cuBLASLt fp8 calls (kernels.lt_ff: the GELU in the first's "
+                   f"epilogue, the block's gated residual in the second's)" if ffs else "")
+        if fused:
+            ff_text += f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
+        if fused and norms is not None and norms.args["traced"] and lt_why:
+            ff_text += f" (not cuBLASLt's: {lt_why})"
+        report.add("transformer.quantization", "replaced" if replaced or ffs else "no target",
+                   f"{method} linears in scope {scope_text}{ff_text}" if replaced or ffs
+                   else f"no nn.Linear in scope {scope_text} that {method} can run",
+                   replaced + [t for t in qplan.targets if t not in targets])
         report.add("transformer.quantization_scope", "set", scope)
         for name, why in qplan.skipped:
             report.warnings.append(f"transformer.quantization {method}: {name} kept as it was: {why}")

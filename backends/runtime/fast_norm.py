@@ -42,8 +42,12 @@ def _on_kernels(x: torch.Tensor) -> bool:
     return x.is_cuda or interpreting()
 
 
-def _rows(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return quantize_rows(out.reshape(-1, out.shape[-1]), torch.float8_e4m3fn)
+def _rows(out: torch.Tensor, fixed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 rows of `out` (B, T, D) and their scales: each row's own, or the one `fixed` scale in every row's."""
+    flat = out.reshape(-1, out.shape[-1])
+    if fixed is None:
+        return quantize_rows(flat, torch.float8_e4m3fn)
+    return (flat.float() / fixed).to(torch.float8_e4m3fn), fixed.expand(flat.shape[0]).clone()
 
 
 @torch.library.custom_op("ltx_tui::ada_zero", mutates_args=())
@@ -57,15 +61,15 @@ def _ada_zero_fake(x, eps, scale, shift):
 
 
 @torch.library.custom_op("ltx_tui::ada_zero_rows", mutates_args=())
-def _ada_zero_rows_op(x: torch.Tensor, eps: float, scale: torch.Tensor,
-                      shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _ada_zero_rows_op(x: torch.Tensor, eps: float, scale: torch.Tensor, shift: torch.Tensor,
+                      fixed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     if _on_kernels(x):
-        return adaln.ada_zero_fp8(x, eps, scale, shift)[:2]
-    return _rows(adaln.ada_zero_torch(x, eps, scale, shift))
+        return adaln.ada_zero_fp8(x, eps, scale, shift, fixed=fixed)[:2]
+    return _rows(adaln.ada_zero_torch(x, eps, scale, shift), fixed)
 
 
 @_ada_zero_rows_op.register_fake
-def _ada_zero_rows_fake(x, eps, scale, shift):
+def _ada_zero_rows_fake(x, eps, scale, shift, fixed=None):
     rows = x.shape[:-1].numel()
     return x.new_empty((rows, x.shape[-1]), dtype=torch.float8_e4m3fn), x.new_empty((rows,), dtype=torch.float32)
 
@@ -97,16 +101,29 @@ def _post_sa_rows_fake(x, y, weight, eps, gate):
 
 @torch.library.custom_op("ltx_tui::add_ada_zero_rows", mutates_args=())
 def _add_ada_zero_rows_op(x: torch.Tensor, y: torch.Tensor, gates: list[torch.Tensor], eps: float,
-                          scales: list[torch.Tensor], shifts: list[torch.Tensor]) -> list[torch.Tensor]:
+                          scales: list[torch.Tensor], shifts: list[torch.Tensor],
+                          fixed: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """`fixed`: per norm, None (each row its own scale) or the one scale of its rows (`ada_bound`)."""
     if _on_kernels(x):
-        return adaln.add_ada_zero_fp8(x, y, gates, eps, scales, shifts)
+        return adaln.add_ada_zero_fp8(x, y, gates, eps, scales, shifts, fixed)
     res, *normed = adaln.add_ada_zero_torch(x, y, gates, eps, scales, shifts)
-    return [res, *(t for n in normed for t in _rows(n))]
+    return [res, *(t for n, f in zip(normed, fixed) for t in _rows(n, f))]
 
 
 @_add_ada_zero_rows_op.register_fake
-def _add_ada_zero_rows_fake(x, y, gates, eps, scales, shifts):
+def _add_ada_zero_rows_fake(x, y, gates, eps, scales, shifts, fixed):
     return [torch.empty_like(x), *(t for _ in scales for t in _ada_zero_rows_fake(x, eps, None, None))]
+
+
+@torch.library.custom_op("ltx_tui::ada_bound", mutates_args=())
+def _ada_bound_op(scale: torch.Tensor, shift: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`adaln.bound_scale`: one fp8 scale for every row of an ada_zero, and a bound on the rows' norms."""
+    return adaln.bound_scale(scale, shift, dim)
+
+
+@_ada_bound_op.register_fake
+def _ada_bound_fake(scale, shift, dim):
+    return scale.new_empty((1,), dtype=torch.float32), scale.new_empty((1,), dtype=torch.float32)
 
 
 @torch.library.custom_op("ltx_tui::dit_qk", mutates_args=())

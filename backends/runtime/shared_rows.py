@@ -86,22 +86,33 @@ def _erase_gates(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         _erase_gates(graph, a)
 
 
-def _call(graph: torch.fx.Graph, op: Any, like: torch.fx.Node) -> list[torch.fx.Node]:
-    """`op` called with the arguments of node `like`, inserted before it, and a getitem node for each of
-    its outputs, each with the fake value Inductor reads (`meta["val"]`)."""
+def _insert(graph: torch.fx.Graph, before: torch.fx.Node, op: Any, args: tuple, kwargs: dict | None = None) -> Any:
+    """`op(*args, **kwargs)` inserted before node `before`, with the fake value Inductor reads
+    (`meta["val"]`); for an op of several outputs, a getitem node for each of them (a list)."""
+    kwargs = kwargs or {}
+
     def val(a):
         return a.meta["val"] if isinstance(a, torch.fx.Node) else a
 
-    args, kwargs = [val(a) for a in like.args], {k: val(a) for k, a in like.kwargs.items()}
-    with detect_fake_mode([v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]) or nullcontext():
-        out = op(*args, **kwargs)
-    with graph.inserting_before(like):
-        node = graph.call_function(op, like.args, dict(like.kwargs))
+    fake = [val(a) for a in args], {k: val(a) for k, a in kwargs.items()}
+    tensors = [v for v in (*fake[0], *fake[1].values()) if isinstance(v, torch.Tensor)]
+    with detect_fake_mode(tensors) or nullcontext():
+        out = op(*fake[0], **fake[1])
+    with graph.inserting_before(before):
+        node = graph.call_function(op, tuple(args), dict(kwargs))
         node.meta["val"] = out
+        if isinstance(out, torch.Tensor):
+            return node
         items = [graph.call_function(operator.getitem, (node, i)) for i in range(len(out))]
-    for item, val in zip(items, out):
-        item.meta["val"] = val
+    for item, v in zip(items, out):
+        item.meta["val"] = v
     return items
+
+
+def _call(graph: torch.fx.Graph, op: Any, like: torch.fx.Node) -> list[torch.fx.Node]:
+    """`op` called with the arguments of node `like`, inserted before it: a getitem node for each of
+    its outputs."""
+    return _insert(graph, like, op, like.args, like.kwargs)
 
 
 def _item(node: Any, op: Any, index: int) -> Any:
@@ -124,11 +135,11 @@ def _plain_rows(graph: torch.fx.Graph):
                 yield node, base
 
 
-def _hand_over(graph: torch.fx.Graph, node: torch.fx.Node, q: Any, scale: Any) -> None:
-    """The users of `fp8_rows` node `node` (its getitem 0, the rows, and 1, their scales) take `q` and
-    `scale`; the node and what only it read go."""
+def _hand_over(graph: torch.fx.Graph, node: torch.fx.Node, *outs: Any) -> None:
+    """The users of rows node `node` (its getitems: 0 the rows, 1 their scales, ...) take `outs` in
+    that order; the node and what only it read go."""
     for user in list(node.users):
-        user.replace_all_uses_with(q if user.args[1] == 0 else scale)
+        user.replace_all_uses_with(outs[user.args[1]])
         graph.erase_node(user)
     read = node.args[0]
     graph.erase_node(node)
@@ -202,11 +213,13 @@ class SharedRows(CustomGraphPass):
         if ENABLED:
             self._share(graph)
         if FOLD:
-            from backends.runtime import fast_norm  # noqa: F401 - registers the norm ops the folds name
+            from backends.runtime import fast_norm, fused_ff  # noqa: F401 - register the ops the folds name
 
             self._fold_norms(graph)
+            self._fold_tensor_rows(graph)
             if ADDS:
                 self._fold_adds(graph)
+            self._fold_ff_residual(graph)
 
     @staticmethod
     def _fold(graph: torch.fx.Graph) -> None:
@@ -255,6 +268,48 @@ class SharedRows(CustomGraphPass):
             _hand_over(graph, node, q, scale)
 
     @staticmethod
+    def _fold_tensor_rows(graph: torch.fx.Graph) -> None:
+        """An ada_zero whose one use is `fp8_tensor_rows` (a FusedFeedForward's input) writes the rows
+        itself by a scale bounded from its modulation (`ada_bound`), which also bounds the rows' norms."""
+        ops = torch.ops.ltx_tui
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target is not ops.fp8_tensor_rows.default:
+                continue
+            base = node.args[0]
+            while _is_view(base):
+                base = base.args[0]
+            x_shape = _shape(base)
+            if (not _op(base, str(ops.ada_zero.default)) or x_shape is None or base.kwargs
+                    or _shape(node.args[0]) != (math.prod(x_shape[:-1]), x_shape[-1]) or not _only_use(base, node)):
+                continue
+            x, eps, scale, shift = base.args
+            fixed, norm = _insert(graph, base, ops.ada_bound.default, (scale, shift, x_shape[-1]))
+            q, rows = _insert(graph, base, ops.ada_zero_rows.default, (x, eps, scale, shift, fixed))
+            _hand_over(graph, node, q, rows, norm)
+
+    @staticmethod
+    def _fold_ff_residual(graph: torch.fx.Graph) -> None:
+        """x + ff_fp8(...) * gate, one gate row, becomes ff_fp8 adding it in FF2's epilogue."""
+        ff = torch.ops.ltx_tui.ff_fp8.default
+        for add in list(graph.nodes):
+            parts = _residual(add)
+            if parts is None:
+                continue
+            x, y, gates = parts
+            src = y
+            while _is_view(src):
+                src = src.args[0]
+            mul = next((a for a in add.args if a is not x), None)
+            shape = _shape(add)
+            if (not isinstance(src, torch.fx.Node) or src.target is not ff or src.kwargs or len(src.args) != 13
+                    or src.args[11:] != (None, None) or len(gates) != 1 or not _op(mul, "aten.mul.Tensor")
+                    or not _only_use(src, mul) or math.prod(_shape(gates[0]) or (0,)) != shape[-1]):
+                continue
+            add.replace_all_uses_with(_insert(graph, add, ff, (*src.args[:11], x, gates[0])))
+            _erase_gates(graph, add)
+            _erase_dead(graph, y)
+
+    @staticmethod
     def _fold_adds(graph: torch.fx.Graph) -> None:
         ops = torch.ops.ltx_tui
         norms_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
@@ -268,14 +323,16 @@ class SharedRows(CustomGraphPass):
             norms = [n for n in norms if n.args[1] == norms[0].args[1]][:2]  # one eps, at most two
             order = {n: i for i, n in enumerate(graph.nodes)}
             first = min(add.users, key=order.__getitem__)
-            if not all(_hoist(a, first, add, order) for n in norms for a in n.args[2:4]):
+            if not all(_hoist(a, first, add, order) for n in norms for a in n.args[2:5]):  # scale, shift, fixed
                 continue
             x, y, gates = parts
-            args = (x, y, gates, norms[0].args[1], [n.args[2] for n in norms], [n.args[3] for n in norms])
+            fixed = [n.args[4] if len(n.args) > 4 else n.kwargs.get("fixed") for n in norms]
+            args = (x, y, gates, norms[0].args[1], [n.args[2] for n in norms], [n.args[3] for n in norms], fixed)
             val = [a.meta["val"] for a in (x, y, *gates)]
             with detect_fake_mode(val) or nullcontext():
                 out = ops.add_ada_zero_rows.default(val[0], val[1], val[2:], args[3],
-                                                    [n.meta["val"] for n in args[4]], [n.meta["val"] for n in args[5]])
+                                                    [n.meta["val"] for n in args[4]], [n.meta["val"] for n in args[5]],
+                                                    [None if f is None else f.meta["val"] for f in fixed])
             with graph.inserting_before(first):
                 node = graph.call_function(ops.add_ada_zero_rows.default, args)
                 node.meta["val"] = out
