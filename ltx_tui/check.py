@@ -26,7 +26,7 @@ from backends.config.memory import GIB, MemoryPlan, plan_memory
 from backends.config.plan import Plan, plan_here, tuned_note
 from backends.config.rules import Decision, Status, natten_kernels, summarize
 from backends.ltx_args import ltx_args
-from ltx_tui.usage import error_json
+from ltx_tui.usage import error_json, profile_fields
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
@@ -153,13 +153,6 @@ def _shown(kind: str, message: str) -> str:
     return printable_lines(message) if kind == "profile" else printable(message)
 
 
-def _profile_fields(e: profmod.ProfileError) -> dict:
-    """The first problem's fields; `more` (where there are): the file's other problems, the same fields."""
-    fields = lambda p: {k: v for k, v in (("file", p.path), ("line", p.line), ("key", p.key), ("problem", p.problem),
-                                          ("fix", p.hint)) if v is not None}
-    return dict(fields(e), more=[fields(m) for m in e.more] or None)
-
-
 def smoke_line(row) -> str:
     err = "-" if row.max_error is None else f"{row.max_error:.2e}"
     return f"  {row.status:<9} {row.name:<34} {row.seconds:7.2f} s  max err {err:<9} {row.message}"
@@ -179,7 +172,7 @@ def _load(profile_path: str | None, capability: str | None, usage_error, gpus: i
         try:
             profile, read_warnings = profmod.read(profile_path)
         except profmod.ProfileError as e:
-            return usage_error("profile", str(e), _profile_fields(e))
+            return usage_error("profile", str(e), profile_fields(e))
         warnings = [str(w) for w in read_warnings]
     if gpus is not None:
         from backends.config.options import InvalidValue

@@ -24,6 +24,7 @@ from backends.machine.nvml import NvmlSession
 from backends.machine.tuned import RUNNING, Candidate, Tuned, load_quick
 from backends.tune.candidates import DEFAULT_OPTIONS, OPTIONS, timed_compiled
 from backends.tune.run import can_time, cpu_refusal, fits_cpu, tune
+from ltx_tui.usage import profile_fields
 
 TUNE_SCHEMA_VERSION = 1
 # the tuned options that have an auto value
@@ -98,10 +99,10 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
-    def usage(message: str) -> int:
+    def usage(message: str, **extra) -> int:
         print(f"ltx-tui: {message}", file=stderr)
         if as_json:
-            print(usage_json(message), file=stdout)
+            print(usage_json(message, **extra), file=stdout)
         return EXIT_USAGE
 
     if capability:
@@ -115,8 +116,8 @@ def run_tune(*, profile_path: str | None, capability: str | None, resolution: st
     if profile_path:
         try:
             profile, warnings = profmod.read(profile_path)
-        except profmod.ProfileError as e:
-            return usage(f"profile error: {e}")
+        except profmod.ProfileError as e:  # `profile`: --check --json's fields of each problem
+            return usage(f"profile error: {e}", profile=profile_fields(e))
         for w in warnings:
             print(w, file=stderr)
     t0 = time.monotonic()

@@ -23,6 +23,14 @@ def refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace, name
             parser.error(f"--{name} was given an empty value; name {WANTED[name]}")
 
 
+def profile_fields(e) -> dict:
+    """A ProfileError's first problem as fields (`file`, `line`, `key`, `problem`, `fix`, where known);
+    `more` (where there are): the file's other problems, the same fields."""
+    fields = lambda p: {k: v for k, v in (("file", p.path), ("line", p.line), ("key", p.key), ("problem", p.problem),
+                                          ("fix", p.hint)) if v is not None}
+    return dict(fields(e), more=[fields(m) for m in e.more] or None)
+
+
 def error_json(kind: str, message: str, fields: dict | None = None, code: int = EXIT_USAGE) -> str:
     """The JSON of a usage error (or with `code` another that ends the command): `message` as printed,
     and where known the fields a script reads (`file`, `line`, `key`, `problem`, `fix`)."""

@@ -442,3 +442,16 @@ def test_explain_refuses_the_flags_it_would_ignore(capsys, extra):
         main(["--explain", "diffvae.mode", *extra])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--explain runs on its own" in err and extra[0] in err
+
+
+def test_a_tunes_profile_error_under_json_has_every_problem(capsys, tmp_path):
+    """--tune --json on a broken profile: `profile` holds --check --json's fields of the first problem
+    and `more` the others (before: the message string alone)."""
+    path = tmp_path / "two.toml"
+    path.write_text('[transformer]\nattention = "nope"\n[compile]\nenabled = "maybe"\n')
+    assert main(["--tune", "--json", "--profile", str(path)]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data["error"], str) and data["error"].startswith("profile error:")
+    problem = data["profile"]
+    assert problem["file"] == str(path) and problem["key"] == "transformer.attention" and problem["line"] == 2
+    assert [m["key"] for m in problem["more"]] == ["compile.enabled"]
