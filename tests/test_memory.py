@@ -152,7 +152,9 @@ def test_verdict_and_ranked_fixes():
     roomy = M.plan_memory(on(P()), RunShapes(768, 512, 121), 140 * GIB)
     assert roomy.fits and roomy.verdict().startswith("fits with")
     unknown = M.plan_memory(on(P()), RunShapes(768, 512, 121), None)
-    assert unknown.fits is None and "unknown" in unknown.verdict()
+    assert unknown.fits is None and "(free GPU memory unknown)" in unknown.verdict()
+    cpu = M.plan_memory(resolve(P(), preset("cpu")), RunShapes(768, 512, 121), None)
+    assert cpu.fits is None and cpu.verdict().endswith("(no GPU here to fit it on)")  # not "unknown"
     doc = plan.to_dict()
     assert set(doc) >= {"stages", "peak_bytes", "free_bytes", "fits", "fixes"}
     assert set(doc["stages"][0]) == {"stage", "peak_bytes", "detail"} and set(doc["fixes"][0]) == {"change", "peak_bytes"}

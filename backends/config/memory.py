@@ -165,6 +165,7 @@ class MemoryPlan:
     free_bytes: int | None
     fixes: tuple[tuple[str, int], ...] = field(default=())
     ranks: tuple[RankPlan, ...] = field(default=())
+    no_gpu: bool = False  # the capability has no GPU: nothing to fit on here
 
     @property
     def world_size(self) -> int:
@@ -185,7 +186,8 @@ class MemoryPlan:
     def verdict(self) -> str:
         peak = self.peak
         if self.free_bytes is None:
-            return f"peak {peak.peak_bytes / GIB:.1f} GiB in {peak.stage} (free GPU memory unknown)"
+            why = "no GPU here to fit it on" if self.no_gpu else "free GPU memory unknown"
+            return f"peak {peak.peak_bytes / GIB:.1f} GiB in {peak.stage} ({why})"
         spare = self.free_bytes - peak.peak_bytes
         where = f"rank {self.peak_rank.rank}'s {peak.stage}" if self.ranks else peak.stage
         if spare >= 0:
@@ -427,7 +429,7 @@ def plan_memory(plan: Plan, shapes: RunShapes, free_bytes: int | None) -> Memory
     fixes.sort(key=lambda f: f[1])
     if free_bytes is not None and peak > free_bytes and fixes and fixes[0][1] > free_bytes:
         fixes.insert(0, _combined(plan, shapes, free_bytes))
-    return MemoryPlan(shapes, stages, free_bytes, tuple(fixes), ranks)
+    return MemoryPlan(shapes, stages, free_bytes, tuple(fixes), ranks, no_gpu=not plan.capability.gpus)
 
 
 _NOT_RUN = 1 << 62  # the "peak" of a fix the plan would not run: never lower, never offered
