@@ -220,7 +220,7 @@ class LtxTuiApp(App):
         self._smoke_cancel: threading.Event | None = None
         self._tune_cancel: threading.Event | None = None
         self._tune_fresh = False  # the running tune measures every value again (U), not only what is not cached
-        self._first_frame = self._gpus_shown = self._probing = False
+        self._first_frame = self._gpus_shown = self._probing = self._probed = False
         self._quit_question: QuitQuestion | None = None
         # (tab, widget): what `action_tab` asked that tab to focus once its activation arrives
         self._focus_in_tab: tuple[str, str] | None = None
@@ -398,10 +398,16 @@ class LtxTuiApp(App):
             view.waiting(f"no capability: {reason} (press p to probe again)")
 
     def action_retry_probe(self) -> None:
-        if self.capability is not None or self._probing:
-            self.notify("The capability is known; nothing to probe." if self.capability is not None
-                        else "The probe is running.", markup=False)
+        """Probe this machine (again: a package installed since the last probe shows); a capability
+        given with --capability stays as given."""
+        if self._probing:
+            self.notify("The probe is running.", markup=False)
             return
+        if self.capability is not None and not self._probed:
+            self.notify("The capability is the one --capability gave; p probes this machine's only.", markup=False)
+            return
+        if self.capability is not None:
+            self.notify("Probing this machine again: the options follow what it finds.", markup=False)
         self.problems = [p for p in self.problems if not p.startswith("Capability probe failed")]
         self._show_banner()
         self._probing = True
@@ -409,6 +415,7 @@ class LtxTuiApp(App):
 
     def _capability_ready(self, cap: capmod.Capability, tuned: Tuned | None = None) -> None:
         self._probing = False
+        self._probed = True  # the live probe's, which p may repeat
         self.capability = cap
         if tuned is not None:
             self.tuned = tuned

@@ -1171,3 +1171,24 @@ async def test_a_short_terminal_shows_the_memory_plan_in_its_verdict_lines():
         bars.show(None)  # no plan yet: the waiting line alone, not a blank line above it
         await pilot.pause()
         assert not app.query_one("#memory-stages").display and bars.outer_size.height == 2
+
+
+async def test_p_probes_a_known_capability_again_but_not_a_given_one():
+    """A package installed while the app runs: p probes again and the options follow (before: "The
+    capability is known; nothing to probe"); a --capability preset stays as given."""
+    answers = [preset("a100"), preset("h100")]
+    app = LtxTuiApp(None, None, nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600,
+                    prober=lambda: answers.pop(0))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: app.capability is not None)
+        first, title = app.capability, app.title
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.capability is not first)
+        assert app.capability == preset("h100") and not answers
+        await wait_for(pilot, lambda: app.title != title)  # the target follows the new probe
+    given = LtxTuiApp(None, "h200", nvml_module=FakeNvml([fake_gpu(0)]), env={}, poll_interval=3600,
+                      prober=lambda: pytest.fail("a given capability is not probed"))
+    async with given.run_test(size=(100, 40)) as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        assert given.capability == preset("h200")
