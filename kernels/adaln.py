@@ -194,59 +194,13 @@ def bound_scale(scale: torch.Tensor, shift: torch.Tensor, dim: int) -> tuple[tor
     """For ada_zero(x, eps, scale, shift) over `dim` features, whatever x: (a power-of-two fp8 scale s
     with every |output| / s <= FP8_MAX, a bound on each output row's L2 norm), both (1,) fp32. The
     norm's rows have |n_j| <= ||n|| <= sqrt(dim), so |y_j| <= sqrt(dim) |1 + scale_j| + |shift_j|
-    and ||y|| <= sqrt(dim) max|1 + scale| + ||shift||; 1% over both covers the bf16 rounding of y.
-    One launch for a modulation of one row per batch (LTX-2's one-token timesteps), else torch's ops."""
-    out = _bound_kernel(scale, shift, dim)
-    if out is not None:
-        return out
+    and ||y|| <= sqrt(dim) max|1 + scale| + ||shift||; 1% over both covers the bf16 rounding of y."""
     grow = math.sqrt(dim) * (1 + scale.float()).abs().amax()
     sh = shift.float()
     amax = (grow + sh.abs().amax()) * 1.01
     norm = (grow + sh.reshape(-1, sh.shape[-1]).norm(dim=1).amax()) * 1.01
     s = torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-30) / FP8_MAX)))
     return s.reshape(1), norm.reshape(1)
-
-
-@triton.jit
-def _bound(SCALE, SHIFT, S, NORM, R, D, sc_r, sh_r, sqrt_d, QMAX: tl.constexpr, BLOCK: tl.constexpr):
-    """`bound_scale` of R modulation rows (scale's and shift's rows `sc_r` / `sh_r` apart) in one program."""
-    d = tl.arange(0, BLOCK)
-    m = d < D
-    grow = 0.0
-    top = 0.0
-    sq = 0.0
-    for r in range(R):
-        sc = tl.load(SCALE + r * sc_r + d, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(SHIFT + r * sh_r + d, mask=m, other=0.0).to(tl.float32)
-        grow = tl.maximum(grow, tl.max(tl.where(m, tl.abs(1.0 + sc), 0.0), 0))
-        top = tl.maximum(top, tl.max(tl.abs(sh), 0))
-        sq = tl.maximum(sq, tl.sum(sh * sh, 0))
-    grow = grow * sqrt_d
-    amax = tl.maximum((grow + top) * 1.01, 1e-30)
-    tl.store(S, tl.exp2(tl.ceil(tl.log2(amax / QMAX))))
-    tl.store(NORM, (grow + tl.sqrt(sq)) * 1.01)
-
-
-MAX_BOUND_ROWS = 64  # more modulation rows (per-token timesteps): torch's reductions, over the whole GPU
-
-
-def _one_row_each(t: torch.Tensor) -> int | None:
-    """The row stride of a (R, 1, D) / (1, D) / (D,) modulation with a contiguous last dimension, else None."""
-    if t.stride(-1) != 1 or (t.dim() == 3 and t.shape[1] != 1) or t.dim() > 3:
-        return None
-    return t.stride(0) if t.dim() >= 2 else 0
-
-
-def _bound_kernel(scale: torch.Tensor, shift: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    rows = scale.shape[0] if scale.dim() >= 2 else 1
-    sc_r, sh_r = _one_row_each(scale), _one_row_each(shift)
-    if (sc_r is None or sh_r is None or not (scale.is_cuda or interpreting()) or rows > MAX_BOUND_ROWS
-            or shift.shape != scale.shape or scale.shape[-1] != dim or shift.device != scale.device):
-        return None
-    s, norm = (torch.empty(1, dtype=torch.float32, device=scale.device) for _ in range(2))
-    _bound[(1,)](scale, shift, s, norm, rows, dim, sc_r, sh_r, math.sqrt(dim), QMAX=FP8_MAX,
-                 BLOCK=triton.next_power_of_2(dim))
-    return s, norm
 
 
 def _fixed(fixed: torch.Tensor | None, x: torch.Tensor, name: str) -> None:

@@ -25,11 +25,8 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
 from kernels.int8_gemm import FP8_MAX
-from kernels.na3d_triton import interpreting
 
 E4M3 = torch.float8_e4m3fn
 EXTRA = 128  # FF2's K columns past the hidden width; the bias uses two
@@ -194,56 +191,6 @@ def _gemm(*key) -> _Gemm:
     return _GEMMS[key]
 
 
-@triton.jit
-def _prep(W1NORM, XNORM, B1MAX, C, W2S, GATE, DSCALE, ROWS, COLS, H, T, D, HIDDEN, LDH,
-          HAS_GATE: tl.constexpr, QMAX: tl.constexpr, EXTRA: tl.constexpr, BLOCK_T: tl.constexpr,
-          BLOCK_D: tl.constexpr):
-    """The calls' scalars in one launch: FF1's output scale (a power of two from the bound), FF2's row
-    vector (its inverse), h's bias columns (c, scaled, then zeros); program 0 also the channel vector
-    (W2's scales times the gate) and the output scale itself."""
-    c = tl.load(C)
-    bound = tl.maximum(tl.load(W1NORM) * tl.load(XNORM) + tl.load(B1MAX), c)
-    dscale = tl.exp2(tl.floor(tl.log2(QMAX / bound)))
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    mt = t < T
-    tl.store(ROWS + t, tl.zeros([BLOCK_T], tl.float32) + 1.0 / dscale, mask=mt)
-    e = tl.arange(0, EXTRA)
-    tail = tl.where(e < 2, c * dscale, 0.0)
-    tile = tl.zeros([BLOCK_T, EXTRA], tl.float32) + tail[None, :]
-    tl.store(H + t.to(tl.int64)[:, None] * LDH + HIDDEN + e[None, :], tile.to(H.dtype.element_ty), mask=mt[:, None])
-    if tl.program_id(0) == 0:
-        tl.store(DSCALE, dscale)
-        for d0 in range(0, D, BLOCK_D):
-            d = d0 + tl.arange(0, BLOCK_D)
-            md = d < D
-            w = tl.load(W2S + d, mask=md, other=0.0)
-            if HAS_GATE:
-                w = w * tl.load(GATE + d, mask=md, other=0.0).to(tl.float32)
-            tl.store(COLS + d, w, mask=md)
-
-
-def _scalars(q, xnorm, w: FFWeights, gate, h) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(FF1's output scale (1,), FF2's row vector (T,), its channel vector (D,)), h's bias columns
-    written: one launch on CUDA (or the interpreter), torch's ops elsewhere."""
-    t, hidden, d = q.shape[0], w.w1.shape[0], w.w2.shape[0]
-    if q.is_cuda or interpreting():
-        dscale = torch.empty(1, dtype=torch.float32, device=q.device)
-        rows = torch.empty(t, dtype=torch.float32, device=q.device)
-        cols = torch.empty(d, dtype=torch.float32, device=q.device)
-        g = w.w2s if gate is None else gate.reshape(d)
-        _prep[(triton.cdiv(t, 64),)](w.w1norm, xnorm, w.b1max, w.c, w.w2s, g, dscale, rows, cols, h, t, d, hidden,
-                                     h.stride(0), HAS_GATE=gate is not None, QMAX=FP8_MAX, EXTRA=EXTRA, BLOCK_T=64,
-                                     BLOCK_D=1024)
-        return dscale, rows, cols
-    bound = torch.maximum(w.w1norm * xnorm + w.b1max, w.c)
-    dscale = torch.exp2(torch.floor(torch.log2(FP8_MAX / bound)))  # |GELU(h)| * dscale <= FP8_MAX
-    tail = torch.zeros(EXTRA, device=q.device)
-    tail[:2] = w.c * dscale  # exactly c once scaled back: both powers of two
-    h[:, hidden:] = tail.to(E4M3)
-    cols = w.w2s if gate is None else w.w2s * gate.reshape(d).float()
-    return dscale, (1 / dscale).expand(t).contiguous(), cols
-
-
 def check(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWeights,
           resid: torch.Tensor | None, gate: torch.Tensor | None) -> None:
     """Raise ValueError where the arguments are not what `feed_forward` takes, saying what they need."""
@@ -273,8 +220,14 @@ def feed_forward(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWe
     check(q, xs, xnorm, w, resid, gate)
     t, d = q.shape
     hidden = w.w1.shape[0]
+    bound = torch.maximum(w.w1norm * xnorm + w.b1max, w.c)
+    dscale = torch.exp2(torch.floor(torch.log2(FP8_MAX / bound)))  # |GELU(h)| * dscale <= FP8_MAX
     h = torch.empty((t, hidden + EXTRA), dtype=E4M3, device=q.device)
-    dscale, rows, cols = _scalars(q, xnorm, w, gate, h)
+    tail = torch.zeros(EXTRA, device=q.device)
+    tail[:2] = w.c * dscale  # exactly c once scaled back: both powers of two
+    h[:, hidden:] = tail.to(E4M3)
+    rows = (1 / dscale).expand(t).contiguous()
+    cols = w.w2s if gate is None else w.w2s * gate.reshape(d).float()
     out_shape = (t, d) if resid is None else resid.shape
     if q.is_cuda and available(q.device) is None:
         g1 = _gemm(t, hidden, d, E4M3, True, False, False, hidden + EXTRA, w.b1.dtype)

@@ -198,24 +198,3 @@ def test_cublaslt_computes_the_torch_form_and_replays_in_a_cuda_graph(monkeypatc
         replayed = lt_ff.feed_forward(q, xs, norm, w, resid, gate)
     graph.replay()
     torch.testing.assert_close(replayed, got, rtol=0, atol=0)
-
-
-def test_the_one_launch_scalars_are_torchs(monkeypatch):
-    """`_prep` (FF1's output scale, FF2's vectors, h's bias columns) and `adaln._bound` against the
-    torch ops they stand for: the same powers of two, vectors and columns."""
-    w = lt_ff.prepare(*_weights(), torch.float32)
-    _, q, xs, norm = _adaln_rows(70)
-    gate = torch.rand(1, 1, D) + 0.5
-    got_h, want_h = (torch.zeros(70, H + lt_ff.EXTRA, dtype=lt_ff.E4M3) for _ in range(2))
-    got = lt_ff._scalars(q, norm, w, gate, got_h)
-    g = torch.Generator().manual_seed(5)
-    scale, shift = torch.randn(3, 1, D, generator=g), torch.randn(3, 1, D, generator=g)
-    bound = adaln.bound_scale(scale, shift, D)
-    monkeypatch.setattr(lt_ff, "interpreting", lambda: False)
-    monkeypatch.setattr(adaln, "interpreting", lambda: False)
-    want = lt_ff._scalars(q, norm, w, gate, want_h)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
-    assert torch.equal(got_h[:, H:].float(), want_h[:, H:].float()) and got_h[:, H:H + 2].float().unique().numel() == 1
-    for a, b in zip(bound, adaln.bound_scale(scale, shift, D)):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
