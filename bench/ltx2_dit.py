@@ -61,8 +61,9 @@ one thing of the profile's runtime in that variant's process:
   unshared       without `runtime.shared_rows` (each fp8 linear quantizes its input; to_q, to_k and
                  to_v of one input share one quantization otherwise)
   unfused        without the FeedForward's GELU fused into the fp8 row quantization
-  row-ff         without the FeedForward in two cuBLASLt calls (`runtime.fused_ff`, compiled blocks
-                 replayed in CUDA graphs on Hopper with nvmath-python): the row-scaled path instead
+  lt-ff          the video FeedForwards in two cuBLASLt calls (`runtime.fused_ff`, off by default: its
+                 first forward costs ~2 min; compiled blocks replayed in CUDA graphs on Hopper with
+                 nvmath-python) instead of the row-scaled path
   unfolded       without `runtime.shared_rows` folding rows: cuDNN's fp8 O dequantized and quantized again
                  for to_out, fast_norm's norms writing bf16 rows that the next linear quantizes
   amax-qk        the fp8 attention's q and k scaled by their amax (a reduction each) instead of the
@@ -174,7 +175,7 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "cublas-few-rows": ("few-row GEMMs on cuBLAS", "backends.runtime.quant", "FP8ScaledMMLinear.few_rows", 0),
     "unshared": ("a quantization per linear", "backends.runtime.shared_rows", "ENABLED", False),
     "unfused": ("GELU not fused", "backends.runtime.quant", "GeluQuantized.enabled", False),
-    "row-ff": ("FeedForward row-scaled", "backends.runtime.fused_ff", "FusedFeedForward.enabled", False),
+    "lt-ff": ("FeedForward in cuBLASLt", "backends.runtime.fused_ff", "FusedFeedForward.enabled", True),
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
     "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
     "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),

@@ -162,12 +162,7 @@ def _steps(profile: Profile, d: Mapping[str, Decision]) -> list[Step]:
         steps.append(Step("quantize", {"method": q.effective, "scope": scope, "loader": loader},
                           f"{q.effective}: LTX-2's loader quantizes while it builds the DiT (--quantization "
                           f"{q.effective}, passed by `ltx-tui run`); apply_profile refuses a built model" if loader else
-                          f"{q.effective} replaces the nn.Linear in scope {scope} that it can run" + (
-                              "; where its blocks replay in CUDA graphs with the fast norms on Hopper with "
-                              "nvmath-python, each video FeedForward runs in two cuBLASLt fp8 calls (kernels.lt_ff)"
-                              if q.effective == "fp8-scaled-mm" and (n := next((s for s in steps if s.kind == "fast_norm"),
-                                                                              None)) is not None and n.args["traced"]
-                              else ""),
+                          f"{q.effective} replaces the nn.Linear in scope {scope} that it can run",
                           ("transformer.quantization", "transformer.quantization_scope")))
     o = d["offload.mode"]
     if _runs(o) and o.effective != "none":

@@ -313,15 +313,20 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
                                  f"`ltx-tui run`, which passes --quantization {method} to LTX-2, or use fp8-scaled-mm)")
     qplan = plan_quantization(model, method, scope, include)
     norms = plan.step("fast_norm")
+    lt = method == "fp8-scaled-mm" and norms is not None and norms.args["traced"]
+    if lt:
+        from backends.runtime.fused_ff import FusedFeedForward
+
+        lt = FusedFeedForward.enabled  # off by default (its first forward: runtime.fused_ff)
     lt_why = None if device.type == "cuda" else f"the model runs on {device}"
-    if method == "fp8-scaled-mm" and lt_why is None:
+    if lt and lt_why is None:
         from kernels.lt_ff import available
 
         lt_why = available(device)
 
     def apply(model, report):
         ffs = []
-        if method == "fp8-scaled-mm" and norms is not None and norms.args["traced"] and lt_why is None:
+        if lt and lt_why is None:
             from backends.runtime.fused_ff import fuse_ff
 
             ffs = fuse_ff(model, qplan.targets)
@@ -333,7 +338,7 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
                    f"epilogue, the block's gated residual in the second's)" if ffs else "")
         if fused:
             ff_text += f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
-        if fused and norms is not None and norms.args["traced"] and lt_why:
+        if fused and lt and lt_why:
             ff_text += f" (not cuBLASLt's: {lt_why})"
         report.add("transformer.quantization", "replaced" if replaced or ffs else "no target",
                    f"{method} linears in scope {scope_text}{ff_text}" if replaced or ffs

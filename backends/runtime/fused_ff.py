@@ -10,8 +10,8 @@ FeedForward is the norm's pass and two GEMMs, where the row-scaled path has a GE
 pass over the (tokens x 16384) activations and a residual pass after it.
 
 It runs where the blocks are compiled and replayed in CUDA graphs (`transformer.fast_norm`'s traced
-norms; each cuBLASLt call costs the host 0.1-0.2 ms to issue) on Hopper with nvmath-python;
-elsewhere `fuse_gelu`'s row-scaled path stays.
+norms; each cuBLASLt call costs the host 0.1-0.2 ms to issue) on Hopper with nvmath-python, once
+`FusedFeedForward.enabled` is set; elsewhere `fuse_gelu`'s row-scaled path stays.
 """
 
 from __future__ import annotations
@@ -69,7 +69,10 @@ def _ff_fake(q, xs, xnorm, w1, s1, w1norm, b1, b1max, w2, w2s, c, resid, gate):
 class FusedFeedForward(nn.Module):
     """An LTX-2 FeedForward's `net` as `kernels.lt_ff.feed_forward` (its weights in `FFWeights`' form)."""
 
-    enabled = True  # bench/ltx2_dit.py's `:row-ff` ablation turns it off
+    # Off until its first forward is cheap: on the H100 the first forward of a process with it took 115-139 s
+    # more than without (bench/RESULTS.md "seventeenth round"; where, is not yet known), more than it saves in
+    # any run (0.29 ms a block). bench/ltx2_dit.py's `:lt-ff` ablation turns it on.
+    enabled = False
 
     def __init__(self, proj: nn.Linear, out: nn.Linear) -> None:
         super().__init__()
@@ -105,8 +108,6 @@ def fuse_ff(model: nn.Module, targets: tuple[str, ...]) -> list[str]:
     """Put `FusedFeedForward` in every LTX-2 FeedForward `net` of the video blocks (`*.ff.net`; the
     audio's 126 tokens keep the few-row kernel) whose two linears are among `targets`; returns their
     names."""
-    if not FusedFeedForward.enabled:
-        return []
     chosen = set(targets)
     fused = []
     for name, net in list(model.named_modules()):
