@@ -20,7 +20,7 @@ whether it can), and elsewhere the same arithmetic in torch (fp32 products of th
 
 from __future__ import annotations
 
-import math
+import threading
 from typing import NamedTuple
 
 import torch
@@ -30,7 +30,9 @@ from kernels.int8_gemm import FP8_MAX
 
 E4M3 = torch.float8_e4m3fn
 EXTRA = 128  # FF2's K columns past the hidden width; the bias uses two
-MIN_C = 8.0  # the bias columns' value in h: a power of two, kept above e4m3's subnormals once scaled
+C = 8.0  # the bias columns' value in h: a power of two (c * FF1's output scale stays exact in e4m3 down to
+# 2**-9, i.e. for FF1 output bounds up to c * FP8_MAX * 2**9 ~ 1.8e6)
+X_ROUNDING = 1 + 2**-4  # e4m3 rounds x's rows up by at most this: FF1's bound covers the rows it multiplies
 
 
 class FFWeights(NamedTuple):
@@ -59,14 +61,17 @@ def prepare(w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: tor
     b2 = torch.zeros(d, device=dev) if b2 is None else b2.detach().float()
     s1 = (w1.abs().amax().clamp(min=1e-12) / FP8_MAX).reshape(1)
     w1q = (w1 / s1).to(E4M3)
-    w2s = w2.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
-    ratio = float((b2.abs() / (FP8_MAX * w2s)).amax())
-    c = max(MIN_C, 2.0 ** math.ceil(math.log2(ratio))) if ratio > 0 else MIN_C
+    # a channel's scale also covers its bias part, b2 / (c * scale) <= FP8_MAX: a channel of zero weights
+    # and some bias keeps a sane scale (a floor of 1e-12 would have made c, and FF1's bound, huge)
+    w2s = torch.maximum(w2.abs().amax(dim=1), b2.abs() / C).clamp(min=1e-12) / FP8_MAX
+    c = C
     v = b2 / (c * w2s)
     hi = v.to(E4M3)
     w2aug = torch.zeros(d, h + EXTRA, device=dev, dtype=E4M3)
     w2aug[:, :h] = (w2 / w2s[:, None]).to(E4M3)
     w2aug[:, h], w2aug[:, h + 1] = hi, (v - hi.float()).to(E4M3)
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"the activations' dtype must be bfloat16, float16 (cuBLASLt) or float32 (torch), got {dtype}")
     return FFWeights(w1q, s1, (w1q.float() * s1).norm(dim=1).amax().reshape(1), b1.to(dtype),
                      b1.abs().amax().reshape(1), w2aug, w2s, torch.tensor([c], device=dev))
 
@@ -109,9 +114,13 @@ class _Gemm:
     row-major. In cuBLASLt's column-major terms y.T = w (A, op T) times x.T (B, op N): its A scale is
     the weights', its B scale the activations'. One planned shape a `_Gemm`."""
 
-    def __init__(self, m: int, n: int, k: int, out: torch.dtype, gelu_bias: bool, vectors: bool, beta: bool,
-                 ldd: int, c_dtype: torch.dtype) -> None:
+    def __init__(self, device: int, m: int, n: int, k: int, out: torch.dtype, gelu_bias: bool, vectors: bool,
+                 beta: bool, ldd: int, c_dtype: torch.dtype) -> None:
         import numpy as np
+
+        self.device = torch.device("cuda", device)
+        self.what = (f"{m} x {k} -> {n}, out {out}, C {c_dtype}, {'GELU_BIAS' if gelu_bias else 'DEFAULT'}"
+                     f"{', outer vectors' if vectors else ''}, on cuda:{device}")
 
         cublas, lt = _lt()
         self.np, self.lt = np, lt
@@ -149,13 +158,13 @@ class _Gemm:
                                            size.ctypes.data, size.itemsize)
         self.results = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
         count = np.zeros(1, dtype=np.int32)
-        lt.matmul_algo_get_heuristic(_handle(), self.desc, self.la, self.lb, self.lc, self.ld, pref, 1,
+        lt.matmul_algo_get_heuristic(_handle(self.device.index), self.desc, self.la, self.lb, self.lc, self.ld, pref, 1,
                                      self.results.ctypes.data, count.ctypes.data)
         lt.matmul_preference_destroy(pref)
         if not count[0]:
-            raise RuntimeError("cuBLASLt has no algorithm for this fp8 GEMM")
+            raise RuntimeError(f"cuBLASLt has no algorithm for this fp8 GEMM ({self.what})")
         self.ws_size = int(self.results["workspace_size"][0]) + 16
-        self.ws = torch.empty(self.ws_size, dtype=torch.uint8, device="cuda")
+        self.ws = torch.empty(self.ws_size, dtype=torch.uint8, device=self.device)
         self.algo = self.results.ctypes.data  # the algorithm is the result's first field
 
     def __call__(self, x, w, sx, sw, out, bias=None, d_scale=None, c=None) -> torch.Tensor:
@@ -167,25 +176,31 @@ class _Gemm:
         if bias is not None:
             self._set(attr.BIAS_POINTER, bias.data_ptr())
         if self.algo is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"cuBLASLt's first call of a shape plans and allocates, which a CUDA graph "
+                                   f"capture cannot hold ({self.what}): call it once before capturing")
             self._plan()
-        self.lt.matmul(_handle(), self.desc, self.alpha.ctypes.data, w.data_ptr(), self.la, x.data_ptr(), self.lb,
-                       self.beta.ctypes.data, 0 if c is None else c.data_ptr(), self.lc, out.data_ptr(), self.ld,
-                       self.algo, self.ws.data_ptr(), self.ws_size, torch.cuda.current_stream().cuda_stream)
+        self.lt.matmul(_handle(self.device.index), self.desc, self.alpha.ctypes.data, w.data_ptr(), self.la,
+                       x.data_ptr(), self.lb, self.beta.ctypes.data, 0 if c is None else c.data_ptr(), self.lc,
+                       out.data_ptr(), self.ld, self.algo, self.ws.data_ptr(), self.ws_size,
+                       torch.cuda.current_stream(self.device).cuda_stream)
         return out
 
 
-_HANDLE = None
+_HANDLES: dict[int, int] = {}
 _GEMMS: dict[tuple, _Gemm] = {}
+_LOCK = threading.Lock()  # a call sets its pointers on a descriptor its shape's calls share
 
 
-def _handle():
-    global _HANDLE
-    if _HANDLE is None:
-        _HANDLE = _lt()[1].create()
-    return _HANDLE
+def _handle(device: int):
+    if device not in _HANDLES:
+        with torch.cuda.device(device):
+            _HANDLES[device] = _lt()[1].create()
+    return _HANDLES[device]
 
 
 def _gemm(*key) -> _Gemm:
+    """The planned GEMM of (device index, shape, ...), made once."""
     if key not in _GEMMS:
         _GEMMS[key] = _Gemm(*key)
     return _GEMMS[key]
@@ -205,11 +220,19 @@ def check(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWeights,
     if hidden % 16 or d % 16 or w.w2.shape != (d, hidden + EXTRA):
         raise ValueError(f"feed_forward: widths must be multiples of 16 and W2 ({d}, {hidden + EXTRA}), got "
                          f"{d} -> {hidden}, W2 {tuple(w.w2.shape)}")
-    if resid is not None and (resid.numel() != t * d or not resid.is_contiguous() or resid.dtype != w.b1.dtype):
-        raise ValueError(f"feed_forward: the residual must be contiguous, {t} x {d} values in {w.b1.dtype}, got "
+    if resid is not None and (resid.numel() != t * d or resid.shape[-1] != d or not resid.is_contiguous()
+                              or resid.dtype != w.b1.dtype):
+        raise ValueError(f"feed_forward: the residual must be contiguous, {t} rows of {d} in {w.b1.dtype}, got "
                          f"{tuple(resid.shape)} {resid.dtype}")
-    if gate is not None and gate.numel() != d:
-        raise ValueError(f"feed_forward: the gate must be one row of {d} values, got {tuple(gate.shape)}")
+    if gate is not None and not one_row(gate, d):
+        raise ValueError(f"feed_forward: the gate must be one row of {d} values ((..., 1, {d})), got "
+                         f"{tuple(gate.shape)}")
+
+
+def one_row(gate: torch.Tensor | tuple, d: int) -> bool:
+    """Whether a gate (or its shape) is one row of d channels: last dimension d, every other 1."""
+    shape = tuple(gate.shape) if isinstance(gate, torch.Tensor) else tuple(gate)
+    return len(shape) >= 1 and shape[-1] == d and all(n == 1 for n in shape[:-1])
 
 
 def feed_forward(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWeights,
@@ -220,7 +243,7 @@ def feed_forward(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWe
     check(q, xs, xnorm, w, resid, gate)
     t, d = q.shape
     hidden = w.w1.shape[0]
-    bound = torch.maximum(w.w1norm * xnorm + w.b1max, w.c)
+    bound = torch.maximum(w.w1norm * xnorm * X_ROUNDING + w.b1max, w.c)
     dscale = torch.exp2(torch.floor(torch.log2(FP8_MAX / bound)))  # |GELU(h)| * dscale <= FP8_MAX
     h = torch.empty((t, hidden + EXTRA), dtype=E4M3, device=q.device)
     tail = torch.zeros(EXTRA, device=q.device)
@@ -230,14 +253,18 @@ def feed_forward(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: FFWe
     cols = w.w2s if gate is None else w.w2s * gate.reshape(d).float()
     out_shape = (t, d) if resid is None else resid.shape
     if q.is_cuda and available(q.device) is None:
-        g1 = _gemm(t, hidden, d, E4M3, True, False, False, hidden + EXTRA, w.b1.dtype)
-        g1(q, w.w1, xs, w.s1, h, bias=w.b1, d_scale=dscale)
+        if w.b1.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"feed_forward: cuBLASLt's path takes bfloat16 or float16 activations, got {w.b1.dtype}")
+        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
         out = torch.empty(out_shape, dtype=w.b1.dtype, device=q.device)
-        g2 = _gemm(t, d, hidden + EXTRA, w.b1.dtype, False, True, resid is not None, d, w.b1.dtype)
-        return g2(h, w.w2, rows, cols, out, c=resid)
+        g1 = _gemm(dev, t, hidden, d, E4M3, True, False, False, hidden + EXTRA, w.b1.dtype)
+        g2 = _gemm(dev, t, d, hidden + EXTRA, w.b1.dtype, False, True, resid is not None, d, w.b1.dtype)
+        with _LOCK:
+            g1(q, w.w1, xs, w.s1, h, bias=w.b1, d_scale=dscale)
+            return g2(h, w.w2, rows, cols, out, c=resid)
     x = q.float() * xs.reshape(-1)[0]
     pre = x @ (w.w1.float() * w.s1).t() + w.b1.float()
-    h[:, :hidden] = (F.gelu(pre, approximate="tanh") * dscale).to(E4M3)
+    h[:, :hidden] = (F.gelu(pre, approximate="tanh") * dscale).clamp(-FP8_MAX, FP8_MAX).to(E4M3)  # within the bound; else 448, not e4m3's NaN
     y = (h.float() @ w.w2.float().t()) * rows[:, None] * cols[None, :]
     if resid is not None:
         y = y + resid.reshape(t, d).float()

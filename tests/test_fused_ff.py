@@ -56,9 +56,9 @@ def test_the_bias_rides_in_w2s_extra_columns():
     """x = 0 leaves the bias terms alone: gelu(b1) through W2, then b2 from the two extra K columns
     (c exactly in h, b2 / (c * channel scale) as an e4m3 pair in W2) to about e4m3's error of gelu(b1)."""
     w1, b1, w2, b2 = _weights()
-    b2 = b2 * 40  # a bias far above W2's channels: c grows past its least value
+    b2 = b2 * 40  # a bias far above W2's channels: their scales grow to hold it, c stays
     w = lt_ff.prepare(w1, b1, w2, b2, torch.float32)
-    assert float(w.c) > lt_ff.MIN_C and w.w2.shape == (D, H + lt_ff.EXTRA)
+    assert float(w.c) == lt_ff.C and w.w2.shape == (D, H + lt_ff.EXTRA)
     assert not w.w2[:, H + 2:].float().any()
     _, q, xs, norm = _adaln_rows(8)
     got = lt_ff.feed_forward(torch.zeros_like(q), xs, norm, w)
@@ -68,16 +68,33 @@ def test_the_bias_rides_in_w2s_extra_columns():
     torch.testing.assert_close(lt_ff.feed_forward(torch.zeros_like(q), xs, norm, only_b2)[0], b2, rtol=2**-6, atol=0)
 
 
+def test_a_channel_of_zero_weights_keeps_the_others():
+    """A W2 row of zeros with a bias (before: its scale floored at 1e-12 made c ~2**38, FF1's bound with
+    it, and every GELU value rounded to zero: rel error 0.998)."""
+    w1, b1, w2, b2 = _weights()
+    w2[5] = 0
+    w = lt_ff.prepare(w1, b1, w2, b2, torch.float32)
+    y, q, xs, norm = _adaln_rows(96)
+    want = _ff(y, w1, b1, w2, b2)
+    got = lt_ff.feed_forward(q, xs, norm, w)
+    assert ((got - want).norm() / want.norm()) < 0.06
+    torch.testing.assert_close(got[:, 5], torch.full((96,), float(b2[5])), rtol=2**-5, atol=0)
+
+
 def test_arguments_are_checked_up_front():
     w1, b1, w2, b2 = _weights()
     w = lt_ff.prepare(w1, b1, w2, b2, torch.bfloat16)
     _, q, xs, norm = _adaln_rows(8)
     with pytest.raises(ValueError, match=r"x must be contiguous \(tokens, 64\) float8_e4m3fn"):
         lt_ff.feed_forward(q.float(), xs, norm, w)
-    with pytest.raises(ValueError, match="the residual must be contiguous, 8 x 64 values in torch.bfloat16"):
+    with pytest.raises(ValueError, match="the residual must be contiguous, 8 rows of 64 in torch.bfloat16"):
         lt_ff.feed_forward(q, xs, norm, w, torch.zeros(8, D))
     with pytest.raises(ValueError, match="the gate must be one row of 64 values"):
         lt_ff.feed_forward(q, xs, norm, w, torch.zeros(8, D, dtype=torch.bfloat16), torch.ones(8, D))
+    with pytest.raises(ValueError, match="the gate must be one row of 64 values"):  # 64 values, one per token
+        lt_ff.feed_forward(q, xs, norm, w, None, torch.ones(1, D, 1))
+    with pytest.raises(ValueError, match="the activations' dtype must be bfloat16, float16"):
+        lt_ff.prepare(w1, b1, w2, b2, torch.int8)
     with pytest.raises(ValueError, match=r"W2 must be \(64, 256\)"):
         lt_ff.prepare(w1, b1, w2.t(), b2, torch.bfloat16)
     assert lt_ff.available() is not None  # no CUDA here: the torch form runs
@@ -124,6 +141,28 @@ def test_a_gate_per_token_keeps_the_residual_apart():
     (node,) = [n for n in gm.graph.nodes if n.target is OPS.ff_fp8.default]
     assert node.args[11:] == (None, None) and "aten.add.Tensor" in map(str, _targets(gm))
     assert OPS.ada_bound.default in _targets(gm)  # the rows are the norm's all the same
+
+
+def test_a_gate_per_token_of_d_values_or_a_product_used_twice_stays_apart():
+    """A (1, T, 1) gate with T == D has D values but one per token (before: folded, applied per channel,
+    error 0.14); a product `ff * gate` used elsewhere too keeps the add (before: a second ff_fp8)."""
+    from test_fast_norm import _graph
+
+    x, y, ga, sc, sh, gf, *w = _tail_inputs()
+    x, y = (torch.randn(1, D, D) for _ in range(2))  # T == D tokens
+    gm = _graph(_block_tail, x, y, ga, sc, sh, torch.rand(1, D, 1) + 0.5, *w)
+    (node,) = [n for n in gm.graph.nodes if n.target is OPS.ff_fp8.default]
+    assert node.args[11:] == (None, None)
+
+    def product_twice(x, y, gate_a, scale, shift, gate_ff, *weights):
+        vx = x + y * gate_a
+        n = OPS.ada_zero(vx, 1e-6, scale, shift)
+        q, s, norm = OPS.fp8_tensor_rows(n.view(-1, D))
+        gated = OPS.ff_fp8(q, s, norm, *weights, None, None).view(vx.shape) * gate_ff
+        return vx + gated, gated * 2
+
+    gm = _graph(product_twice, *_tail_inputs())
+    assert [n.args[11] for n in gm.graph.nodes if n.target is OPS.ff_fp8.default] == [None]
 
 
 def test_it_replaces_the_video_feed_forwards_only(ltx2_core):

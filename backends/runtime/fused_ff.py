@@ -9,7 +9,8 @@ gate`, one gate row) into FF2's epilogue (`ltx_tui::ff_fp8` with a residual and 
 FeedForward is the norm's pass and two GEMMs, where the row-scaled path has a GELU + row quantization
 pass over the (tokens x 16384) activations and a residual pass after it.
 
-It runs where the blocks are compiled and replayed in CUDA graphs (`transformer.fast_norm`'s traced
+Eagerly it runs `feed_forward` itself (x's amax found by a pass: no norm writes the rows). It is meant
+for where the blocks are compiled and replayed in CUDA graphs (`transformer.fast_norm`'s traced
 norms; each cuBLASLt call costs the host 0.1-0.2 ms to issue) on Hopper with nvmath-python, once
 `FusedFeedForward.enabled` is set; elsewhere `fuse_gelu`'s row-scaled path stays.
 """

@@ -289,7 +289,10 @@ class SharedRows(CustomGraphPass):
 
     @staticmethod
     def _fold_ff_residual(graph: torch.fx.Graph) -> None:
-        """x + ff_fp8(...) * gate, one gate row, becomes ff_fp8 adding it in FF2's epilogue."""
+        """x + ff_fp8(...) * gate, one gate row (its channels; the product used by the add alone), becomes
+        ff_fp8 adding it in FF2's epilogue."""
+        from kernels.lt_ff import one_row
+
         ff = torch.ops.ltx_tui.ff_fp8.default
         for add in list(graph.nodes):
             parts = _residual(add)
@@ -303,7 +306,8 @@ class SharedRows(CustomGraphPass):
             shape = _shape(add)
             if (not isinstance(src, torch.fx.Node) or src.target is not ff or src.kwargs or len(src.args) != 13
                     or src.args[11:] != (None, None) or len(gates) != 1 or not _op(mul, "aten.mul.Tensor")
-                    or not _only_use(src, mul) or math.prod(_shape(gates[0]) or (0,)) != shape[-1]):
+                    or not _only_use(src, mul) or not _only_use(mul, add)
+                    or not one_row(_shape(gates[0]) or (), shape[-1])):
                 continue
             add.replace_all_uses_with(_insert(graph, add, ff, (*src.args[:11], x, gates[0])))
             _erase_gates(graph, add)
