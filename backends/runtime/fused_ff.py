@@ -95,11 +95,11 @@ class FusedFeedForward(nn.Module):
 
 
 def _feed_forward_net(net: nn.Module) -> bool:
-    """LTX-2 v1.2.0's FeedForward `net`: GELUApprox (tanh GELU of `proj`), Identity, Linear, unquantized."""
-    from backends.runtime.quant import _ltx2_gelu
+    """LTX-2's FeedForward `net` with both linears unquantized, in a 16-bit dtype, of widths cuBLASLt's fp8
+    GEMMs take."""
+    from backends.runtime.quant import ltx2_feed_forward_net
 
-    return (isinstance(net, nn.Sequential) and len(net) == 3 and _ltx2_gelu(net[0]) and type(net[1]) is nn.Identity
-            and type(getattr(net[0], "proj", None)) is nn.Linear and type(net[2]) is nn.Linear
+    return (ltx2_feed_forward_net(net) and type(getattr(net[0], "proj", None)) is nn.Linear and type(net[2]) is nn.Linear
             and net[0].proj.weight.dtype in (torch.bfloat16, torch.float16)
             and net[0].proj.in_features % 16 == 0 and net[0].proj.out_features % 16 == 0
             and net[2].out_features % 16 == 0)

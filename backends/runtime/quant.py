@@ -218,12 +218,17 @@ def _ltx2_gelu(module: nn.Module) -> bool:
     return cls.__name__ == "GELUApprox" and cls.__module__ == "ltx_core.model.transformer.gelu_approx"
 
 
+def ltx2_feed_forward_net(net: nn.Module) -> bool:
+    """LTX-2 v1.2.0's FeedForward `net`: GELUApprox (tanh GELU of `proj`), Identity, a linear."""
+    return isinstance(net, nn.Sequential) and len(net) == 3 and _ltx2_gelu(net[0]) and type(net[1]) is nn.Identity
+
+
 def fuse_gelu(model: nn.Module) -> list[str]:
     """Put `GeluQuantized` in every LTX-2 FeedForward `net` (GELUApprox, Identity, Linear) whose two
     linears are fp8-scaled-mm with row scales; returns the names of the `net`s."""
     fused = []
     for name, net in model.named_modules() if GeluQuantized.enabled else ():
-        if (isinstance(net, nn.Sequential) and len(net) == 3 and _ltx2_gelu(net[0]) and type(net[1]) is nn.Identity
+        if (ltx2_feed_forward_net(net)
                 and all(isinstance(m, FP8ScaledMMLinear) and m.scales == "row" for m in (net[0].proj, net[2]))):
             net[0] = GeluQuantized(net[0].proj)
             fused.append(name)
