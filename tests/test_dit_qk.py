@@ -4,6 +4,8 @@ with the RoPE tables its LTXModel makes, and against its definition in float64."
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels import dit_qk
 
@@ -15,6 +17,7 @@ def calls():
     """Each attention of a tiny LTXModel block with the (x, context, pe, k_pe) it is called with."""
     from backends.runtime import ltx2
 
+    torch.manual_seed(0)
     model = ltx2.tiny_transformer(layers=1)
     block = model.transformer_blocks[0]
     seen = {}
@@ -75,6 +78,21 @@ def test_it_is_its_definition_for_batches_and_odd_sizes(dtype, tol):
     torch.testing.assert_close(tk, _rotate_f64(k, wk, 1e-6, *k_pe, heads), rtol=1e-5, atol=1e-5)
 
 
+@triton.jit
+def _to_e4m3(x, y, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + i, tl.load(x + i, mask=i < n).to(tl.float8e4nv), mask=i < n)
+
+
+def _triton_e4m3(x):
+    """Triton's own cast of `x` to e4m3 where the kernel runs: the interpreter's rounds some values just below
+    a power of two down to half of it (its mantissa carry is lost), the GPU's cast does not."""
+    x = x.float().contiguous()
+    y = torch.empty_like(x, dtype=torch.float8_e4m3fn)
+    _to_e4m3[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
 def test_with_scales_it_writes_e4m3(calls):
     attn, args, kwargs = calls["attn1"]
     with torch.inference_mode():
@@ -84,8 +102,11 @@ def test_with_scales_it_writes_e4m3(calls):
         got = dit_qk.qk_norm_rope(q, k, attn.q_norm.weight, attn.k_norm.weight, 1e-6, attn.heads, pe, scales=scales)
     for g, w, s in zip(got, want, scales):
         assert g.dtype == torch.float8_e4m3fn
-        # within e4m3's rounding (the interpreter's is coarser than the GPU's)
-        assert ((g.float() * s - w.float()).norm() / w.float().norm()) < 0.1
+        cast = _triton_e4m3(w.float() / s).float()
+        # the same values as Triton's cast of the float32 result, but for a few that sit at a rounding boundary
+        # and land one e4m3 step (1/8 of their power of two) away
+        near = (g.float() - cast).abs() <= cast.abs() / 8 + 2.0**-9
+        assert near.all() and (g.float() != cast).float().mean() < 0.01
 
 
 @torch.inference_mode()
