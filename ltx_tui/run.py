@@ -126,8 +126,7 @@ def run_main(argv: list[str]) -> int:
         else:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:
-            label = launcher.decided_label(prep.profile_path, prep.profile, prep.plan)
-            _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, label)}")
+            _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, prep.profile_path, prep.profile, prep.plan)}")
         return code
     for w in prep.env_warnings:
         _say(f"ltx-tui run: warning: {w}")

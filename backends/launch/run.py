@@ -148,20 +148,16 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
     return profile, str(path), hashlib.sha256(data).hexdigest()
 
 
-def conflict_message(policy: flagmod.FlagPolicy, label: str) -> str:
+def conflict_message(policy: flagmod.FlagPolicy, label: str, profile: Profile | None = None, plan=None) -> str:
+    """Each flag that disagrees with the profile `label` names, with the fix. Given the profile and its
+    plan, a flag whose option the profile left to `auto` also says what the plan decided for it."""
+    def where(option: str) -> str:
+        if plan is None or profile is None or option not in UNIT or str(profile.get(option)) != "auto":
+            return label.strip("()")
+        return f"{label.strip('()')}; auto decided by the plan: {option} = {show_value(plan[option].effective)}"
     return "the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
-        f"  {v.flag}: {v.detail} ({label.strip('()')}); drop the flag or change {v.option} in the profile"
+        f"  {v.flag}: {v.detail} ({where(v.option)}); drop the flag or change {v.option} in the profile"
         for v in policy.conflicts)
-
-
-def decided_label(label: str, profile: Profile, plan) -> str:
-    """`label` (the profile's path) and, where the profile left an option whose first call compiles to
-    `auto`, what the plan decided for it: the value a flag's conflict is judged against."""
-    undecided = sorted(k for k in UNIT if str(profile.get(k)) == "auto")
-    if not undecided:
-        return label
-    return f"{label.strip('()')}; auto decided by the plan: " + ", ".join(
-        f"{k} = {show_value(plan[k].effective)}" for k in undecided)
 
 
 def _policy(module: str, module_args, profile, label: str, multi_gpu: bool):
@@ -206,10 +202,10 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
     if undecided:  # judged against what auto decided
         policy = _policy(module, module_args, plan.pinned(), label, multi_gpu)
         if policy.conflicts and not dry_run:
-            raise LaunchError(conflict_message(policy, decided_label(label, profile, plan)))
+            raise LaunchError(conflict_message(policy, label, profile, plan))
     if plan.blocking:
         if dry_run and policy.conflicts:  # the run refuses the flags first (exit 2)
-            raise LaunchError(conflict_message(policy, decided_label(label, profile, plan)))
+            raise LaunchError(conflict_message(policy, label, profile, plan))
         raise LaunchError(plan.refusal(), code=EXIT_FAILED)
     preflight = [d for d in plan if d.option.startswith("parallel.") and d.status is Status.ERROR]
     if multi_gpu and n > 1 and preflight:  # one rank: _check_world says whether a GPU is there
