@@ -340,6 +340,53 @@ def test_run_refuses_a_broken_profile(tmp_path, capsys):
     assert "TOML syntax error" in capsys.readouterr().err
 
 
+def test_run_json_refusals_are_one_json_object_too(tmp_path, capsys):
+    """A trial: `run --dry-run --json` printed nothing on stdout for a broken profile or another module
+    (`--check --json` and `runs --json` print their error as an object)."""
+    prof = tmp_path / "p.toml"
+    prof.write_text('schema_version = 1\n[transformer]\nquantization = "nope"\n')
+    for dry in (["--dry-run"], []):
+        assert main(["run", "--profile", str(prof), *dry, "--json", "--", "ltx_pipelines.distilled"]) == 2
+        out = json.loads(capsys.readouterr().out)
+        error = out["error"]
+        assert out["exit_code"] == 2 and error["kind"] == "profile"
+        assert (error["file"], error["line"], error["key"]) == (str(prof), 3, "transformer.quantization")
+        assert "is not allowed" in error["problem"] and error["message"].startswith(f"{prof}:3:")
+    assert main(["run", "--dry-run", "--json", "--", "os"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["kind"] == "launch" and "not an LTX-2 pipeline module" in out["error"]["message"]
+
+
+@pytest.mark.ltx2
+def test_run_json_says_a_plan_that_cannot_run_here(ltx2_pipelines, tmp_path, capsys):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[transformer]\nsparse_attention = "sla"\n')
+    assert main(["run", "--profile", str(prof), "--dry-run", "--json", "--", "ltx_pipelines.distilled"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["exit_code"] == 1 and out["error"]["kind"] == "plan"
+    assert "nothing here runs sparse_attention = sla" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_ledger_that_cannot_be_written_is_refused_before_the_module_runs(tmp_path, capsys, monkeypatch, dry):
+    """A trial: `run --ledger DIR` ran the whole module, then said "not recorded: ... Is a directory"."""
+    from backends.launch import run as launcher
+
+    monkeypatch.setattr(launcher, "prepare", lambda *a, **k: pytest.fail("prepared with a ledger it cannot write"))
+    folder = tmp_path / "dir.jsonl"
+    folder.mkdir()
+    assert main(["run", *dry, "--ledger", str(folder), "--", "ltx_pipelines.distilled"]) == 2
+    assert f"the run could not be recorded: {folder} is a directory, not a ledger file" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", *dry, "--json", "--ledger", str(blocker / "sub" / "runs.jsonl"), "--",
+                 "ltx_pipelines.distilled"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["kind"] == "ledger" and f"{blocker} is not a folder" in out["error"]["message"]
+    assert runs.unwritable(tmp_path / "new" / "deeper" / "runs.jsonl") is None  # the first record makes them
+    assert runs.unwritable(blocker) is None
+
+
 def test_a_dit_quantized_by_the_runtime_is_predicted_at_its_bf16_build():
     """Under `ltx-tui run` LTX-2's builder puts the bf16 DiT on the GPU and ltx-tui's runtime quantizes
     it after: the stage that builds it peaks at the bf16 weights (measured 36.53 GiB on the H200 where
@@ -444,6 +491,10 @@ def test_a_ledger_over_the_read_limit_is_read_from_its_newest_part(tmp_path, mon
     monkeypatch.setattr(runs, "LEDGER_LIMIT", 1000)
     assert main(["runs", "--ledger", str(noise)]) == 2
     assert "none of the 499 line(s) read (its newest 1000 bytes) is a run record" in capsys.readouterr().err
+    one_line = tmp_path / "big.toml"  # a trial: one long line over the limit exited 0, "no runs ... yet"
+    one_line.write_text("x = '" + "y" * 3000 + "'\n")
+    assert main(["runs", "--ledger", str(one_line)]) == 2
+    assert "none of the 1 line(s) read (its newest 1000 bytes) is a run record" in capsys.readouterr().err
 
 
 # --- auto of compile and the decoder layout under `ltx-tui run` ------------------------------------

@@ -55,11 +55,13 @@ KEEP_DIT_MODULES = ("ltx_pipelines.distilled",)
 
 
 class LaunchError(Exception):
-    """The run cannot start; `code` is the exit code (2: usage, profile, flags, LTX-2 version)."""
+    """The run cannot start; `code` is the exit code (2: usage, profile, flags, LTX-2 version; 1: the
+    plan cannot run here); `profile_error` the ProfileError of a profile that cannot be read."""
 
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, code: int = EXIT_USAGE, profile_error: ProfileError | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.profile_error = profile_error
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
         profile, _warnings = read(path)
         data = read_bounded(Path(path), MAX_BYTES)
     except ProfileError as e:
-        raise LaunchError(str(e)) from None
+        raise LaunchError(str(e), profile_error=e) from None
     except FileProblem as e:
         raise LaunchError(f"{path}: {e}") from None
     return profile, str(path), hashlib.sha256(data).hexdigest()

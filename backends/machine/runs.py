@@ -196,6 +196,22 @@ def new_id(now: datetime.datetime | None = None) -> str:
     return now.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
 
 
+def unwritable(path: Path | None = None) -> str | None:
+    """Why a record could not be appended to the ledger at `path` (default: the user data directory),
+    asked before a run so that its record is not lost after it; None when it can be."""
+    path = Path(path) if path is not None else default_ledger()
+    if path.exists():
+        if not path.is_file():
+            return f"{path} is {'a directory' if path.is_dir() else 'not a regular file'}, not a ledger file"
+        return None if os.access(path, os.W_OK) else f"{path} is not writable by this user"
+    folder = path.parent
+    while not folder.exists():  # the first record makes the folders: the nearest one there must take them
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder, so {path} cannot be made"
+    return None if os.access(folder, os.W_OK | os.X_OK) else f"{folder} is not writable, so {path} cannot be made"
+
+
 def append(record: RunRecord, path: Path | None = None) -> Path:
     """Append `record` as one line to the ledger at `path` (default: the user data directory)."""
     path = Path(path) if path is not None else default_ledger()
@@ -297,5 +313,7 @@ def load(path: Path | None = None) -> Ledger:
     if not records and b"\x00" in data:  # a crash's zero-filled tail after good records is only skipped
         raise FileProblem("holds binary data (NUL bytes) and no run record: not a run ledger "
                           "(one JSON object a line)", "binary")
+    if partial and not records:  # a ledger's newest 16 MiB hold records: the cut line counts as one not read
+        skipped = max(skipped, 1)
     records.sort(key=_started)  # by start (lines joined from two ledgers); ties in file order
     return Ledger(path, tuple(records), skipped, partial=partial)
