@@ -110,10 +110,12 @@ def value_marks(profile: Profile, cap: capmod.Capability, key: str, tuned: Tuned
 
 
 class FitHeader(Header):
-    """The header, which fits its text to its width again when resized (`LtxTuiApp.format_title`)."""
+    """The header, which fits its text to its width again when resized (`LtxTuiApp.format_title`), and
+    tells the app that the screen took a new width (its breakpoint classes set)."""
 
     def on_resize(self) -> None:
         self.app.refit_header()
+        self.app.call_after_refresh(self.app._leave_hidden_tab)
 
 
 def middle_cut(text: str, width: int) -> str:
@@ -307,6 +309,22 @@ class LtxTuiApp(App):
         if room and path and over > 0 and path in sub_title:
             sub_title = sub_title.replace(path, middle_cut(path, cell_len(path) - over), 1)
         return super().format_title(title, sub_title)
+
+    def _leave_hidden_tab(self) -> None:
+        """Keys never go to a hidden widget after a resize. Widened while the GPU/Backends tab was open:
+        its panels now stand beside the tabs and its tab is hidden, so Options opens and the panels keep
+        the focus (they showed twice, no tab marked). Narrowed while the side panels had the focus (or
+        nothing had it): the open tab's main widget takes it."""
+        main = self.screen_stack[0] if self.screen_stack else None
+        try:
+            tabs, side = main.query_one(TabbedContent), main.query_one("#side")
+        except (AttributeError, NoMatches):  # before the main screen is mounted
+            return
+        if main.has_class("-wide") and tabs.active == "system":
+            self._focus_in_tab = ("options", "#side") if self.screen is main else None
+            tabs.active = "options"
+        elif not main.has_class("-wide") and (main.focused is None or side in main.focused.ancestors_with_self):
+            main.query_one(self.FOCUS[tabs.active]).focus()  # (Textual drops the focus of a widget it hides)
 
     def refit_header(self) -> None:
         """The header's text again for its width now (`FitHeader` calls it when resized)."""

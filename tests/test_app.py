@@ -668,6 +668,30 @@ async def test_wide_screen_g_does_not_duplicate_the_side_panels():
         assert app.focused is app.query_one("#side")
 
 
+async def test_widening_while_on_the_gpu_tab_moves_to_options_and_narrowing_keeps_the_panels():
+    """A trial: `g` at 80 columns, then the terminal widened to 130: the panels showed beside the tabs
+    and again as the (now labelless) tab's content."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await pilot.pause()
+        tabs = app.query_one("TabbedContent")
+        assert tabs.active == "system"
+        await pilot.resize_terminal(130, 30)
+        for _ in range(40):  # the resize reaches the screen after a timer, then the header
+            await pilot.pause(0.05)
+            if tabs.active == "options":
+                break
+        assert app.screen.has_class("-wide") and tabs.active == "options"
+        assert app.focused is app.query_one("#side")  # the panels the user was reading, where they are now
+        await pilot.resize_terminal(80, 24)
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if app.focused is app.query_one("#options-list"):
+                break
+        assert tabs.active == "options" and app.focused is app.query_one("#options-list")  # not a hidden panel
+
+
 async def test_value_dialog_checks_the_whole_profile():
     app = make_app("h100x2")
     async with app.run_test(size=(100, 40)) as pilot:
