@@ -19,6 +19,7 @@ from backends.config.ltx2_shapes import DIT_HEADS, RunShapes
 from backends.config.run_length import RunLength, auto_choice, length_of
 from backends.config.values import LOADER, NOBODY, VALUES, value
 from backends.config.options import (
+    OPTIONS_BY_KEY,
     Attention,
     CompileEnabled,
     CompileMode,
@@ -998,10 +999,12 @@ class _Resolver:
             else:
                 why = (f"of {o.gpu_slots} GPU slot(s) one holds the block being computed: at most {in_flight} "
                        "block(s) can be fetched ahead")
+                most = int(OPTIONS_BY_KEY["offload.gpu_slots"].maximum)
+                more = (f", or offload.gpu_slots to {o.prefetch + 1} or more" if o.prefetch < most else
+                        f" (offload.gpu_slots goes up to {most}, so at most {most - 1} can be fetched ahead)")
                 self.put("offload.prefetch", in_flight, Status.FALLBACK,
                          [Step(o.prefetch, "requested"), Step(in_flight, why)], [], why,
-                         f"set offload.prefetch to at most {in_flight}, or offload.gpu_slots to {o.prefetch + 1} "
-                         "or more")
+                         f"set offload.prefetch to at most {in_flight}{more}")
 
     def memory(self) -> None:
         m = self.p.memory
