@@ -68,6 +68,21 @@ def test_the_value_editor_refuses_out_of_range_and_unconvertible_numbers():
         parse_value(gpus, "x")
 
 
+def test_the_value_editor_takes_one_device_list_and_names_a_float_that_reads_as_zero():
+    """A trial: `[[0]]`, `[[0]`, `[0]]` were applied as [0], and 1e-400 was refused as "0.0 is out of range"."""
+    devices = OPTIONS_BY_KEY["parallel.devices"]
+    assert parse_value(devices, "[0, 1]") == parse_value(devices, "0,1") == (0, 1)
+    assert parse_value(devices, "[]") is None
+    for text in ("[[0]]", "[[0]", "[0]]", "[[[1]]]", "0]", "[1"):
+        with pytest.raises(ValueError, match=r"parallel.devices: .* is not a list of distinct CUDA ordinals"):
+            parse_value(devices, text)
+    topk = OPTIONS_BY_KEY["transformer.sla_topk"]
+    with pytest.raises(ValueError, match=r"sla_topk: '1e-400' is too small for a float: it reads as 0.0"):
+        parse_value(topk, "1e-400")
+    with pytest.raises(ValueError, match=r"sla_topk: 0.0 is out of range"):
+        parse_value(topk, "0.0")
+
+
 async def test_typing_a_huge_value_in_the_app_is_an_editor_error():
     app = make_app()
     async with app.run_test(size=(100, 40)) as pilot:

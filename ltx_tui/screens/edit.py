@@ -122,17 +122,22 @@ def parse_value(spec: OptionSpec, text: str) -> Any:
     """The typed value of `text` for a numeric or device-list option, checked against the option's
     range; ValueError says what is wrong (quoting at most MAX_SHOWN characters of the text)."""
     text = text.strip()
+    shown = repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "...")
     try:
         if spec.kind is Kind.DEVICES:
-            items = [t.strip() for t in text.strip("[]").split(",") if t.strip()]
+            inner = text[1:-1] if text[:1] == "[" and text[-1:] == "]" else text  # one list, brackets optional
+            if "[" in inner or "]" in inner:  # `[[0]]` was read as [0]
+                raise ValueError
+            items = [t.strip() for t in inner.split(",") if t.strip()]
             if not items:
                 return None
             value: Any = [int(t) for t in items]
         else:
             value = int(text) if spec.kind is Kind.INT else float(text)
     except ValueError:  # not a number, or more digits than int() converts (4300)
-        shown = repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "...")
         raise ValueError(f"{spec.key}: {shown} is not {spec.allowed()}") from None
+    if value == 0 and spec.kind is Kind.FLOAT and any(c in "123456789" for c in text.lower().split("e")[0]):
+        raise ValueError(f"{spec.key}: {shown} is too small for a float: it reads as 0.0; expected {spec.allowed()}")
     return spec.convert(value)
 
 
