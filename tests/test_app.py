@@ -194,6 +194,24 @@ async def test_after_an_export_the_dialog_is_done_and_enter_closes_it(tmp_path):
         assert not isinstance(app.screen, ExportScreen)
 
 
+async def test_an_export_of_a_profile_in_error_says_so(tmp_path):
+    """A trial: with 4 errors in the header, the export said only "wrote ..."."""
+    path = tmp_path / "out.toml"
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await choose(pilot, "transformer.quantization", "nvfp4-cast")  # Blackwell's: an error on the H100
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert load_profile(path) == app.profile  # written as asked
+        said = str(app.screen.query_one("#export-error", Static).render())
+        assert said.startswith(f"wrote {path}, with 1 option(s) in error for preset h100 "
+                               "(transformer.quantization: the Options tab says each fix)")
+
+
 async def test_export_asks_before_overwriting(tmp_path):
     path = tmp_path / "out.toml"
     path.write_text("keep")

@@ -27,6 +27,7 @@ from textual.widgets import Button, Input, Label, Static, TextArea
 
 from backends.config.options import Profile
 from backends.config.plan import Plan
+from backends.config.rules import Status
 from backends.config.profile import save
 from backends.ltx_args import ltx_args, run_command
 from backends.machine.capability import Capability
@@ -34,6 +35,7 @@ from backends.machine.text import printable
 from backends.machine.textfile import OutputExists, check_output
 from ltx_tui.screens.confirm import ConfirmScreen
 from ltx_tui.widgets.ordered_input import OrderedInput
+from ltx_tui.widgets.target import target_title
 
 WAITING = "# the LTX-2 command line appears here once the capability probe has finished"
 
@@ -144,7 +146,14 @@ class ExportScreen(ModalScreen[Path | None]):
         self.query_one("#save", Button).display = False
         self.query_one("#close", Button).label = "Close (enter, esc)"
         self.query_one("#path-label", Label).update("Profile written to:")
-        self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
+        errors = [d.option for d in self.plan.decisions if d.status is Status.ERROR] if self.plan is not None else []
+        if errors:  # written as asked, but it is no profile that runs here: said, not only in the header
+            self._say(f"wrote {printable(str(path))}, with {len(errors)} option(s) in error for "
+                      f"{printable(target_title(self.capability))} "
+                      f"({', '.join(errors)}: the Options tab says each fix); ctrl+r and ctrl+y copy the lines below",
+                      "yellow")
+        else:
+            self._say(f"wrote {printable(str(path))}; ctrl+r and ctrl+y copy the lines below", "green")
 
     @on(Button.Pressed, "#copy")
     def action_copy(self) -> None:
