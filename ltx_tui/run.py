@@ -342,6 +342,9 @@ def runs_main(argv: list[str]) -> int:
     try:
         if args.compare:
             a, b = (ledger.find(k) for k in args.compare)
+            if a.id == b.id:
+                _say(f"ltx-tui runs: {args.compare[0]} and {args.compare[1]} are the same run ({printable(a.id)}): "
+                     "it is compared with itself")
             if args.json:
                 print(json.dumps({"a": a.to_dict(), "b": b.to_dict()}, indent=1, default=str))
             else:

@@ -170,6 +170,8 @@ def test_ledger_appends_lines_and_finds_runs(tmp_path):
         ledger.find("nope")
     with pytest.raises(KeyError, match="holds 2 run"):
         ledger.find("3")
+    with pytest.raises(KeyError, match=r"holds 2 run\(s\): give 1 to 2 \(1 the oldest\) or -1 to -2 \(-1 the newest\)"):
+        ledger.find("0")  # a trial: the positions there are were not said
     with pytest.raises(KeyError, match="2 runs in"):
         ledger.find("20261130")
 
@@ -217,6 +219,8 @@ def test_runs_lists_shows_and_compares(tmp_path, capsys):
     assert main(["runs", "--ledger", str(path), "--compare", "20261130-22", "-1"]) == 0
     out = capsys.readouterr().out
     assert "2.00x" in out and "4.00x" in out and "2.17x" in out  # denoising, decode, total 13/6
+    assert main(["runs", "--ledger", str(path), "--compare", "2", "-1"]) == 0  # a trial: no word of it
+    assert "2 and -1 are the same run (20261130-230000-bbbb): it is compared with itself" in capsys.readouterr().err
     assert main(["runs", "--ledger", str(path), "--show", "zzz"]) == 2
     assert "no run" in capsys.readouterr().err
 

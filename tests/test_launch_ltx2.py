@@ -146,7 +146,11 @@ def test_distilled_runs_with_the_plan_on_both_dit_builds_and_every_stage_recorde
     assert decoder.applied and any(c.startswith("diffvae.mode: laid out") for c in decoder.changes)
     assert any(c.startswith("diffvae.na_backend: installed") for c in decoder.changes)
     assert not any(m.applied for m in r.models if m.model not in ("LTXModel", "DiffusionVideoDecoder"))
-    assert r.profile["sha256"] and r.plan["effective"]["transformer.quantization"] == '"fp8-cast"'
+    assert r.profile["sha256"] and r.plan["effective"]["transformer.quantization"] == "fp8-cast"
+    # JSON values, not TOML text in a JSON string (a trial: "compile.backend": "\"inductor\"", devices "-")
+    values = r.profile["values"]
+    assert values["compile.backend"] == "inductor" and values["parallel.devices"] is None
+    assert values["offload.prefetch"] == 1 and values["transformer.fast_norm"] is True
 
 
 @pytest.mark.slow
@@ -293,7 +297,7 @@ def test_as_built_measures_ltx2_with_its_own_flags_and_applies_nothing(ltx2_pipe
     assert main(["run", "--as-built", "--ledger", str(ledger), "--", "ltx_pipelines.distilled",
                  *args_for(tiny, "distilled", tmp_path / "x.mp4"), "--quantization", "fp8-cast"]) == 1
     r = only_record(ledger)
-    assert r.plan["as_built"] and r.plan["effective"]["transformer.quantization"] == '"fp8-cast"'
+    assert r.plan["as_built"] and r.plan["effective"]["transformer.quantization"] == "fp8-cast"
     assert "--quantization" in r.ltx_argv  # LTX-2's flag reaches LTX-2
     assert not any(m.applied for m in r.models)
     steps = {s.name: s for s in r.stages}
@@ -447,3 +451,8 @@ def test_no_such_pipeline_module_names_the_ones_there(ltx2_pipelines, capsys):
         assert main(["run", "--dry-run", "--", module]) == 2
         err = capsys.readouterr().err
         assert f"{module}: no such module in ltx-pipelines 1.2.0" in err and "distilled, " in err
+        # a trial: helper modules were listed among them (and would run as if a pipeline, doing nothing)
+        assert "its pipeline modules: a2vid_two_stage, dfr_pipeline, distilled," in err
+        assert "iclora_utils" not in err and "dfr_layout" not in err
+    assert main(["run", "--dry-run", "--", "ltx_pipelines.iclora_utils"]) == 2
+    assert "ltx_pipelines.iclora_utils: a helper module, not a pipeline" in capsys.readouterr().err

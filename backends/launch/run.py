@@ -292,23 +292,38 @@ def _check_module(module: str) -> None:
                           f"({', '.join(flagmod.MGPU_MODULES)})")
 
 
+def _runs_as_main(path: Path) -> bool:
+    """Whether the module file at `path` does something run as a script (`if __name__ == "__main__":`)."""
+    try:
+        return b"__main__" in path.read_bytes()
+    except OSError:
+        return False
+
+
 def _no_such_module(module: str) -> str | None:
-    """Why `module` is not one of the importable ltx_pipelines' modules (None: it is, or ltx_pipelines
-    itself does not import: the gate says why)."""
+    """Why `module` is not one of the importable ltx_pipelines' pipeline modules (None: it is, or
+    ltx_pipelines itself does not import: the gate says why). A helper module (no `__main__` part:
+    `iclora_utils`) is none: run, it would import and exit without a generation."""
     pipelines, _ = gate.import_ltx_pipelines()
     if pipelines is None:
         return None
+    folder = Path(pipelines.__path__[0])
+    mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__)
+                   if not m.ispkg and not m.name.startswith("_") and _runs_as_main(folder / f"{m.name}.py"))
+    listed = f"ltx-pipelines {gate.package_version(pipelines) or ''} ({folder}); its pipeline modules: {', '.join(mains)}"
     try:
-        if importlib.util.find_spec(module) is not None:
-            return None
+        spec = importlib.util.find_spec(module)
     except ModuleNotFoundError as e:  # a parent package is missing, or what importing it imports
         if not e.name or not (module == e.name or module.startswith(e.name + ".")):
             return None  # another module (a dependency): the gate says which
+        spec = None
     except Exception:  # importing a parent failed otherwise: the import of the module itself says why
         return None
-    mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__) if not m.ispkg and not m.name.startswith("_"))
-    return (f"{module}: no such module in ltx-pipelines {gate.package_version(pipelines) or ''} "
-            f"({pipelines.__path__[0]}); its modules: {', '.join(mains)}")
+    if spec is None:
+        return f"{module}: no such module in {listed}"
+    if spec.origin and spec.origin.endswith(".py") and not _runs_as_main(Path(spec.origin)):
+        return f"{module}: a helper module, not a pipeline (run, it has nothing to do) in {listed}"
+    return None
 
 
 def _gate(module: str) -> dict[str, str | None]:
@@ -527,7 +542,7 @@ def make_record(prep: Prepared, *, run_id: str, started: datetime.datetime, wall
     import torch
 
     plan = {"as_built": prep.as_built,
-            "effective": {d.option: (toml_value(d.effective) if d.effective is not None else None) for d in prep.plan},
+            "effective": {d.option: d.effective for d in prep.plan},  # JSON values, as `--check --json`'s
             "steps": [s.text for s in prep.plan.steps], "ltx2_does": list(prep.policy.ltx2_does)}
     return RunRecord(
         id=run_id, started=started.isoformat(timespec="seconds"), module=prep.module, status=status,
@@ -535,7 +550,7 @@ def make_record(prep: Prepared, *, run_id: str, started: datetime.datetime, wall
         error=error, versions=dict(prep.versions, **{"ltx-tui": TOOL_VERSION, "torch": torch.__version__}),
         device=_device_info(device), shape=prep.shape,
         profile={"path": _whole(prep.profile_path), "sha256": prep.profile_sha256,
-                 "values": {d.option: toml_value(d.requested) for d in prep.plan}},
+                 "values": {d.option: d.requested for d in prep.plan}},
         plan=dict(plan, **(plan_extra or {})),
         models=tuple(_model_record(b) for b in built),
         stages=_stage_records(meter, _predictions(prep, built, rank), built), rank=rank)

@@ -261,7 +261,9 @@ class Ledger:
             index = n - 1 if n > 0 else n
             if n != 0 and -len(self.records) <= index < len(self.records):
                 return self.records[index]
-            raise KeyError(f"run {key}: the ledger {self.path} holds {len(self.records)} run(s)")
+            n = len(self.records)
+            positions = f": give 1 to {n} (1 the oldest) or -1 to -{n} (-1 the newest), or an id" if n else ""
+            raise KeyError(f"run {key}: the ledger {self.path} holds {n} run(s){positions}")
         matches = [r for r in self.records if r.id.startswith(key)] if key else []
         if len(matches) == 1:
             return matches[0]
