@@ -103,12 +103,13 @@ def run_main(argv: list[str]) -> int:
                      "ltx-tui run --profile P.toml -- ltx_pipelines.distilled --distilled-checkpoint-path ...")
     from backends.launch import run as launcher
 
-    why = ledger_mod.unwritable(args.ledger)
+    helps = {"-h", "--help"} & set(rest[1:])  # the module's own help: nothing to record
+    why = None if helps else ledger_mod.unwritable(args.ledger)
     if why:  # before the module runs (a dry run says so too): its record would be lost after it
         _say(f"ltx-tui run: the run could not be recorded: {printable(why)}; give --ledger a file that can be "
              "written, or leave it out for the default")
         if args.json:
-            print(error_json("ledger", printable(why), {"file": str(args.ledger or ledger_mod.default_ledger())}))
+            print(error_json("ledger", why, {"file": str(args.ledger or ledger_mod.default_ledger())}))
         return EXIT_USAGE
     try:
         prep = launcher.prepare(args.profile, rest[0], rest[1:], as_built=args.as_built, dry_run=args.dry_run)
@@ -117,7 +118,7 @@ def run_main(argv: list[str]) -> int:
         if args.json:  # as `--check --json`'s: a script reads one object on stdout either way
             kind = "profile" if e.profile_error else "plan" if e.code == EXIT_FAILED else "launch"
             fields = profile_fields(e.profile_error) if e.profile_error else {}
-            print(error_json(kind, printable(str(e)), fields, code=e.code))
+            print(error_json(kind, str(e), fields, code=e.code))  # its lines as they are: JSON escapes them
         return e.code
     if args.dry_run:
         code = EXIT_USAGE if prep.policy.conflicts else EXIT_OK  # as the run would refuse its flags

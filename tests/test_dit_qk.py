@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from kernels import dit_qk
+from kernels.na3d_triton import interpreting
 
 pytestmark = [pytest.mark.ltx2, pytest.mark.usefixtures("ltx2_core")]
 
@@ -84,10 +85,13 @@ def _to_e4m3(x, y, n, BLOCK: tl.constexpr):
     tl.store(y + i, tl.load(x + i, mask=i < n).to(tl.float8e4nv), mask=i < n)
 
 
-def _triton_e4m3(x):
-    """Triton's own cast of `x` to e4m3 where the kernel runs: the interpreter's rounds some values just below
-    a power of two down to half of it (its mantissa carry is lost), the GPU's cast does not."""
+def _e4m3_where_it_runs(x):
+    """`x` cast to e4m3 as `qk_norm_rope` casts on its device: Triton's cast on a GPU or in the interpreter
+    (whose cast rounds some values just below a power of two down to half of it: its mantissa carry is
+    lost), torch's where the function takes its torch form (CPU tensors beside a GPU)."""
     x = x.float().contiguous()
+    if not (x.is_cuda or interpreting()):
+        return x.to(torch.float8_e4m3fn)
     y = torch.empty_like(x, dtype=torch.float8_e4m3fn)
     _to_e4m3[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
     return y
@@ -102,8 +106,8 @@ def test_with_scales_it_writes_e4m3(calls):
         got = dit_qk.qk_norm_rope(q, k, attn.q_norm.weight, attn.k_norm.weight, 1e-6, attn.heads, pe, scales=scales)
     for g, w, s in zip(got, want, scales):
         assert g.dtype == torch.float8_e4m3fn
-        cast = _triton_e4m3(w.float() / s).float()
-        # the same values as Triton's cast of the float32 result, but for a few that sit at a rounding boundary
+        cast = _e4m3_where_it_runs(w.float() / s).float()
+        # the same values as the cast of the float32 result, but for a few that sit at a rounding boundary
         # and land one e4m3 step (1/8 of their power of two) away
         near = (g.float() - cast).abs() <= cast.abs() / 8 + 2.0**-9
         assert near.all() and (g.float() != cast).float().mean() < 0.01

@@ -356,6 +356,10 @@ def test_run_json_refusals_are_one_json_object_too(tmp_path, capsys):
         assert out["exit_code"] == 2 and error["kind"] == "profile"
         assert (error["file"], error["line"], error["key"]) == (str(prof), 3, "transformer.quantization")
         assert "is not allowed" in error["problem"] and error["message"].startswith(f"{prof}:3:")
+    prof.write_text('schema_version = 1\n[transformer]\nquantization = "nope"\nattention = "x"\n')
+    assert main(["run", "--dry-run", "--profile", str(prof), "--json", "--", "ltx_pipelines.distilled"]) == 2
+    message = json.loads(capsys.readouterr().out)["error"]["message"]
+    assert f"\n{prof}:4:" in message  # its lines as `--check --json` gives them, not an escaped "\\n"
     assert main(["run", "--dry-run", "--json", "--", "os"]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["error"]["kind"] == "launch" and "not an LTX-2 pipeline module" in out["error"]["message"]
@@ -389,6 +393,19 @@ def test_a_ledger_that_cannot_be_written_is_refused_before_the_module_runs(tmp_p
     assert out["error"]["kind"] == "ledger" and f"{blocker} is not a folder" in out["error"]["message"]
     assert runs.unwritable(tmp_path / "new" / "deeper" / "runs.jsonl") is None  # the first record makes them
     assert runs.unwritable(blocker) is None
+    assert runs.unwritable("/dev/null") is None  # a way to keep no record
+    dangling = tmp_path / "gone.jsonl"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.jsonl")
+    assert "is a symlink to nothing" in runs.unwritable(dangling)
+    real_stat = runs.os.stat
+
+    def no_search(p, *a, **k):  # a folder on the way this user cannot search (root searches every one)
+        if str(p).startswith(str(tmp_path / "locked")):
+            raise PermissionError(13, "Permission denied")
+        return real_stat(p, *a, **k)
+    monkeypatch.setattr(runs.os, "stat", no_search)
+    assert runs.unwritable(tmp_path / "locked" / "runs.jsonl") == (
+        f"{tmp_path / 'locked' / 'runs.jsonl'} cannot be reached: Permission denied")  # not an internal error
 
 
 def test_a_dit_quantized_by_the_runtime_is_predicted_at_its_bf16_build():

@@ -1000,7 +1000,8 @@ class _Resolver:
                 why = (f"of {o.gpu_slots} GPU slot(s) one holds the block being computed: at most {in_flight} "
                        "block(s) can be fetched ahead")
                 most = int(OPTIONS_BY_KEY["offload.gpu_slots"].maximum)
-                more = (f", or offload.gpu_slots to {o.prefetch + 1} or more" if o.prefetch < most else
+                more = (f", or offload.gpu_slots to {most}" if o.prefetch + 1 == most else
+                        f", or offload.gpu_slots to {o.prefetch + 1} or more" if o.prefetch < most else
                         f" (offload.gpu_slots goes up to {most}, so at most {most - 1} can be fetched ahead)")
                 self.put("offload.prefetch", in_flight, Status.FALLBACK,
                          [Step(o.prefetch, "requested"), Step(in_flight, why)], [], why,

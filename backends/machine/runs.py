@@ -198,14 +198,25 @@ def new_id(now: datetime.datetime | None = None) -> str:
 
 def unwritable(path: Path | None = None) -> str | None:
     """Why a record could not be appended to the ledger at `path` (default: the user data directory),
-    asked before a run so that its record is not lost after it; None when it can be."""
+    asked before a run so that its record is not lost after it; None when it can be (a character
+    device such as /dev/null takes it: no record kept)."""
     path = Path(path) if path is not None else default_ledger()
-    if path.exists():
-        if not path.is_file():
-            return f"{path} is {'a directory' if path.is_dir() else 'not a regular file'}, not a ledger file"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:  # a folder on the way that cannot be searched, a symlink loop
+        return f"{path} cannot be reached: {e.strerror or e}"
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            return f"{path} is a directory, not a ledger file"
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            return f"{path} is not a regular file, not a ledger file"
         return None if os.access(path, os.W_OK) else f"{path} is not writable by this user"
+    if os.path.lexists(path):
+        return f"{path} is a symlink to nothing (or to itself): remove it or point it at a file"
     folder = path.parent
-    while not folder.exists():  # the first record makes the folders: the nearest one there must take them
+    while not os.path.lexists(folder):  # the first record makes the folders: the nearest one there must take them
         folder = folder.parent
     if not folder.is_dir():
         return f"{folder} is not a folder, so {path} cannot be made"
