@@ -609,7 +609,12 @@ def test_a_multi_gpu_module_that_exits_before_its_ranks_start_is_recorded_as_fai
     assert record.status == "failed" and "the fleet cannot start: no GPUs" in record.error and record.rank is None
     assert "the ranks' own lines above" not in err
     assert f"no rank recorded a run; recorded the module's exit as run {record.id} in {ledger}" in err
-    # a ledger that cannot be written: what happened is said all the same (it lost "no rank recorded a run")
+    # a ledger that cannot be written is refused before the run now; one that fails only when the record is
+    # appended (a full disk): what happened is said all the same (it lost "no rank recorded a run")
+    assert main(["run", "--profile", str(prof), "--ledger", str(tmp_path), "--", "ltx_pipelines.distilled_mgpu",
+                 *_mgpu_args(tiny, tmp_path)]) == 2
+    assert "the run could not be recorded" in capsys.readouterr().err
+    monkeypatch.setattr(runs, "unwritable", lambda path=None: None)
     assert main(["run", "--profile", str(prof), "--ledger", str(tmp_path), "--", "ltx_pipelines.distilled_mgpu",
                  *_mgpu_args(tiny, tmp_path)]) == 1
     assert f"no rank recorded a run; not recorded: the ledger {tmp_path} cannot be written" in capsys.readouterr().err
