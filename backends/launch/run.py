@@ -307,10 +307,11 @@ def _no_such_module(module: str) -> str | None:
     pipelines, _ = gate.import_ltx_pipelines()
     if pipelines is None:
         return None
-    folder = Path(pipelines.__path__[0])
-    mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__)
-                   if not m.ispkg and not m.name.startswith("_") and _runs_as_main(folder / f"{m.name}.py"))
-    listed = f"ltx-pipelines {gate.package_version(pipelines) or ''} ({folder}); its pipeline modules: {', '.join(mains)}"
+    def listed() -> str:  # read only for a refusal: every run would otherwise read each module's file
+        folder = Path(pipelines.__path__[0])
+        mains = sorted(m.name for m in pkgutil.iter_modules(pipelines.__path__)
+                       if not m.ispkg and not m.name.startswith("_") and _runs_as_main(folder / f"{m.name}.py"))
+        return f"ltx-pipelines {gate.package_version(pipelines) or ''} ({folder}); its pipeline modules: {', '.join(mains)}"
     try:
         spec = importlib.util.find_spec(module)
     except ModuleNotFoundError as e:  # a parent package is missing, or what importing it imports
@@ -320,9 +321,9 @@ def _no_such_module(module: str) -> str | None:
     except Exception:  # importing a parent failed otherwise: the import of the module itself says why
         return None
     if spec is None:
-        return f"{module}: no such module in {listed}"
+        return f"{module}: no such module in {listed()}"
     if spec.origin and spec.origin.endswith(".py") and not _runs_as_main(Path(spec.origin)):
-        return f"{module}: a helper module, not a pipeline (run, it has nothing to do) in {listed}"
+        return f"{module}: a helper module, not a pipeline (run, it has nothing to do) in {listed()}"
     return None
 
 
