@@ -192,3 +192,31 @@ def test_ltx2_text_cross_attention_takes_fp8_with_static_q_k():
         ours.preattention_function = ours.preattention_function.own
         bf16 = ours(x, context=context)
     assert rel_l2(got, want) < BOUND and rel_l2(bf16, want) < BOUND and not torch.equal(got, bf16)
+
+
+@pytest.mark.usefixtures("ltx2_core")
+def test_ltx2_attention_with_v_in_e4m3_from_its_gemm():
+    """to_v a `v_e4m3.VProjection`: compiled with runtime.shared_rows, its GEMM writes v in e4m3 by the
+    bounded scale and the attention takes it as it is (no v quantization left); eagerly, bf16 v."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    from backends.runtime import quant, shared_rows, v_e4m3
+
+    attn = _ltx2_attention()
+    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
+    pe = _pe(2048, 4, 64)
+    with torch.inference_mode():
+        want = attn(x, pe=pe)
+    ours = copy.deepcopy(attn)
+    ours.attention_function = DenseFunction("sdpa_cudnn_fp8").for_module(ours)
+    ours.to_v = v_e4m3.VProjection(ours.to_v)
+    quant.quantize_linears(ours, "fp8-scaled-mm")
+    torch._dynamo.reset()
+    with config.patch(post_grad_custom_post_pass=None, fx_graph_cache=False), torch.inference_mode():
+        eager = ours(x, pe=pe)
+        assert shared_rows.install()
+        got, code = run_and_get_code(torch.compile(ours), x, pe=pe)
+    text = "\n".join(code)
+    assert "ltx_tui.fp8_tensor_mm_e4m3.default(" in text and "ltx_tui.fp8_tensor_mm.default(" not in text
+    assert rel_l2(got, want) < BOUND and rel_l2(eager, want) < BOUND

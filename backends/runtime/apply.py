@@ -324,20 +324,32 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
 
         lt_why = available(device)
 
+    v8 = method == "fp8-scaled-mm" and norms is not None and norms.args["traced"] and device.type == "cuda"
+
     def apply(model, report):
         ffs = []
         if lt and lt_why is None:
             from backends.runtime.fused_ff import fuse_ff
 
             ffs = fuse_ff(model, qplan.targets)
-        targets = tuple(t for t in qplan.targets if not any(t.startswith(f"{n}.") for n in ffs))
+        vs = []
+        if v8:  # the attentions are installed by now (dense_attention comes first)
+            from backends.runtime import v_e4m3
+
+            vs = v_e4m3.targets(model, qplan.targets)
+        targets = tuple(t for t in qplan.targets if not any(t.startswith(f"{n}.") for n in ffs) and t not in vs)
         replaced = QuantizationPlan(method, targets, qplan.skipped).apply(model)
+        if vs:
+            v_e4m3.install(model, vs)
         fused = fuse_gelu(model) if method == "fp8-scaled-mm" else []
         scope_text = scope + (f", include={include!r}" if include else "")
         ff_text = (f"; {len(ffs)} FeedForward(s) in two cuBLASLt fp8 calls (kernels.lt_ff: the GELU in the first's "
                    f"epilogue, the block's gated residual in the second's)" if ffs else "")
         if fused:
             ff_text += f"; the GELU of {len(fused)} FeedForward(s) inside the row quantization of their second linear"
+        if vs:
+            ff_text += (f"; v of {len(vs)} video self-attention(s) by one scale a tensor, written in e4m3 by its GEMM "
+                        f"for cuDNN's fp8 attention (runtime.v_e4m3)")
         if fused and lt and lt_why:
             ff_text += f" (not cuBLASLt's: {lt_why})"
         report.add("transformer.quantization", "replaced" if replaced or ffs else "no target",

@@ -58,23 +58,26 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False) -> str | None:
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False, v_fp8: bool = False) -> str | None:
     """Why these (B, S, heads, head_dim) tensors cannot take the fp8 path (None: they can); `qk_fp8`:
-    q and k come in float8_e4m3fn (v as the bf16/fp16 they stand for)."""
-    return tensors_reason(q, k, v, qk_fp8) or _device_reason(q.device)
+    q and k come in float8_e4m3fn (v as the bf16/fp16 they stand for); `v_fp8`: v comes in e4m3."""
+    return tensors_reason(q, k, v, qk_fp8, v_fp8) or _device_reason(q.device)
 
 
-def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False) -> str | None:
+def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bool = False,
+                   v_fp8: bool = False) -> str | None:
     """`supports` without the device: shapes and dtypes only (torch.compile traces it)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return f"q, k, v must be (B, S, heads, head_dim) (got {q.dim()}, {k.dim()}, {v.dim()} dims)"
     if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         return (f"k and v must share a shape and q their batch and heads (got {tuple(q.shape)}, "
                 f"{tuple(k.shape)}, {tuple(v.shape)})")
-    qk = torch.float8_e4m3fn if qk_fp8 else v.dtype  # e4m3 q and k come with their scales (fp8_qkv)
-    if v.dtype not in (torch.bfloat16, torch.float16) or q.dtype != qk or k.dtype != qk:
-        return (f"q, k, v must share bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})" if not qk_fp8 else
-                f"q and k must be float8_e4m3fn and v bf16/fp16 (got {q.dtype}, {k.dtype}, {v.dtype})")
+    e4m3, half = torch.float8_e4m3fn, (torch.bfloat16, torch.float16)  # e4m3 tensors come with their scales
+    qk = e4m3 if qk_fp8 else q.dtype if v_fp8 else v.dtype
+    if v.dtype not in ((e4m3,) if v_fp8 else half) or q.dtype != qk or k.dtype != qk or (not qk_fp8 and qk not in half):
+        want = (f"q and k {'float8_e4m3fn' if qk_fp8 else 'one of bf16/fp16'}, v "
+                f"{'float8_e4m3fn' if v_fp8 else 'bf16/fp16' if qk_fp8 or v_fp8 else 'their dtype'}")
+        return f"q, k, v must be: {want} (got {q.dtype}, {k.dtype}, {v.dtype})"
     d = q.shape[-1]
     if d % 16 or d > 128 or k.shape[-1] != d or v.shape[-1] != d:
         return f"head_dim must be a multiple of 16 up to 128 and the same for q, k, v (got {d})"
@@ -176,12 +179,13 @@ def sdpa_fp8_quantized(q8, k8, v8, scalars: torch.Tensor, scale: float) -> torch
     return _graph(q8, k8, v8, scale).run(q8, k8, v8, scalars, q8.device)
 
 
-def _run(q, k, v, scale, rows: int, qk_descale):
-    why = supports(q, k, v, qk_fp8=q.dtype == torch.float8_e4m3fn)
+def _run(q, k, v, scale, rows: int, qk_descale, v_descale=None):
+    why = supports(q, k, v, qk_fp8=q.dtype == torch.float8_e4m3fn, v_fp8=v.dtype == torch.float8_e4m3fn)
     if why:
         raise RuntimeError(f"fp8 SDPA cannot run: {why}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    q8, k8, v8, scalars, row_descale = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM, rows, qk_descale)
+    q8, k8, v8, scalars, row_descale = fp8_qkv.quantize_qkv(q, k, v, P_SCALE, O_HEADROOM, rows, qk_descale,
+                                                            v_descale)
     return sdpa_fp8_quantized(q8, k8, v8, scalars, scale), scalars, row_descale
 
 
@@ -193,23 +197,25 @@ def sdpa_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | N
 
 
 def sdpa_fp8_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                  qk_descale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  qk_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same attention with O left in e4m3: (O (B, S_q, heads, head_dim) float8_e4m3fn, contiguous;
     its descale once per row of O seen as (B * S_q, heads * head_dim), fp32), which an fp8 GEMM takes
     as they are (`runtime.quant.QuantizedRows`). q and k bf16/fp16, or float8_e4m3fn with
-    `qk_descale` (their two scales: `kernels.fp8_qkv.quantize_qkv`); v bf16/fp16."""
-    out, _, row_descale = _run(q, k, v, scale, q.shape[0] * q.shape[1], qk_descale)
+    `qk_descale` (their two scales: `kernels.fp8_qkv.quantize_qkv`); v bf16/fp16, or float8_e4m3fn
+    with `v_descale` (its scale, (1,))."""
+    out, _, row_descale = _run(q, k, v, scale, q.shape[0] * q.shape[1], qk_descale, v_descale)
     return out, row_descale
 
 
 @torch.library.custom_op("ltx_tui::sdpa_fp8_rows", mutates_args=())
 def _sdpa_fp8_rows_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_descale: torch.Tensor | None,
-                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return sdpa_fp8_rows(q, k, v, scale, qk_descale)
+                      scale: float, v_descale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return sdpa_fp8_rows(q, k, v, scale, qk_descale, v_descale)
 
 
 @_sdpa_fp8_rows_op.register_fake
-def _sdpa_fp8_rows_fake(q, k, v, qk_descale, scale):
+def _sdpa_fp8_rows_fake(q, k, v, qk_descale, scale, v_descale=None):
     return (q.new_empty(q.shape, dtype=torch.float8_e4m3fn),
             q.new_empty((q.shape[0] * q.shape[1],), dtype=torch.float32))
 

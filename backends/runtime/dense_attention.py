@@ -159,6 +159,11 @@ class DenseFunction:
         return self._qk.descale(q.device)
 
     @property
+    def static_qk(self) -> bool:
+        """Whether this function's fp8 calls take q and k by `QKBound`'s static scales (`for_module`'s copy)."""
+        return self._qk is not None
+
+    @property
     def label(self) -> str:
         return f"ltx-tui {self.name}"
 

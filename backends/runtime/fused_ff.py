@@ -20,32 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from backends.runtime.quant import tensor_rows
 from kernels import lt_ff
-from kernels.int8_gemm import FP8_MAX
-
-
-def _tensor_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    xf = x.float()
-    s = (xf.abs().amax().clamp(min=1e-12) / FP8_MAX).reshape(1)
-    return (xf / s).to(lt_ff.E4M3), s.expand(x.shape[0]).contiguous(), xf.norm(dim=1).amax().reshape(1)
-
-
-@torch.library.custom_op("ltx_tui::fp8_tensor_rows", mutates_args=())
-def _tensor_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _tensor_rows(x)
-
-
-@_tensor_rows_op.register_fake
-def _tensor_rows_fake(x):
-    return (x.new_empty(x.shape, dtype=lt_ff.E4M3), x.new_empty(x.shape[:1], dtype=torch.float32),
-            x.new_empty((1,), dtype=torch.float32))
-
-
-def tensor_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x (T, D) in e4m3 by one scale: (rows, that scale in each row's place (T,), the rows' largest L2
-    norm (1,)). While torch.compile traces, one custom op, which `runtime.shared_rows` folds into the
-    AdaLN norm that wrote x."""
-    return _tensor_rows_op(x) if torch.compiler.is_compiling() else _tensor_rows(x)
 
 
 def _ff(q, xs, xnorm, w1, s1, w1norm, b1, b1max, w2, w2s, c, resid, gate) -> torch.Tensor:

@@ -114,6 +114,30 @@ def _fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.
     return quantize_rows(x, torch.float8_e4m3fn, gelu)
 
 
+def _tensor_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    xf = x.float()
+    s = (xf.abs().amax().clamp(min=1e-12) / FP8_MAX).reshape(1)
+    return (xf / s).to(torch.float8_e4m3fn), s.expand(x.shape[0]).contiguous(), xf.norm(dim=1).amax().reshape(1)
+
+
+@torch.library.custom_op("ltx_tui::fp8_tensor_rows", mutates_args=())
+def _tensor_rows_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _tensor_rows(x)
+
+
+@_tensor_rows_op.register_fake
+def _tensor_rows_fake(x):
+    return (x.new_empty(x.shape, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:1], dtype=torch.float32),
+            x.new_empty((1,), dtype=torch.float32))
+
+
+def tensor_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (T, D) in e4m3 by one scale: (rows, that scale in each row's place (T,), the rows' largest L2
+    norm (1,)). While torch.compile traces, one custom op, which `runtime.shared_rows` folds into the
+    AdaLN norm that wrote x (a `fused_ff.FusedFeedForward`'s input, a `v_e4m3.VProjection`'s)."""
+    return _tensor_rows_op(x) if torch.compiler.is_compiling() else _tensor_rows(x)
+
+
 def _dequant(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if q.is_cuda:
         return scale_cast(q, scale, dtype, False)

@@ -20,6 +20,9 @@ that reads x once and writes e4m3 rows, where the two wrote and read the bf16 ro
 Then a residual add whose sum goes into one or two such AdaLN norms (LTX-2's `vx = vx + attn2(...)`
 before the a2v and v2a norms of vx, `vx = vx + a2v(...) * gate * mask` before the feed-forward's)
 joins them (`ltx_tui::add_ada_zero_rows`): the sum is written once and read by no other pass.
+An AdaLN norm whose rows go by one scale to a FusedFeedForward or a `v_e4m3.VProjection` (and, for
+the latter, row-scaled to to_q and to_k) writes them by a scale bounded from its modulation; then a
+VProjection's v that only cuDNN's fp8 attention reads comes out of its GEMM in e4m3 (`_fold_v`).
 `install()` sets the pass as Inductor's `post_grad_custom_post_pass` (process-wide; it touches no
 other op), unless another pass is there.
 """
@@ -146,6 +149,26 @@ def _hand_over(graph: torch.fx.Graph, node: torch.fx.Node, *outs: Any) -> None:
     _erase_dead(graph, read)
 
 
+def _rows_of(node: torch.fx.Node, x_shape: tuple | None) -> list[torch.fx.Node]:
+    """The fp8 row quantizations (`fp8_rows` without the GELU, `fp8_tensor_rows`) of `node` (B, ..., D)
+    seen as (rows, D), when they are all its uses (through views); else none."""
+    if x_shape is None:
+        return []
+    flat, found = (math.prod(x_shape[:-1]), x_shape[-1]), []
+    rows, tensor = torch.ops.ltx_tui.fp8_rows.default, torch.ops.ltx_tui.fp8_tensor_rows.default
+    pending = [node]
+    while pending:
+        for user in pending.pop().users:
+            if _is_view(user):
+                pending.append(user)
+            elif (user.op == "call_function" and not user.kwargs and _shape(user.args[0]) == flat
+                  and (user.target is tensor or (user.target is rows and user.args[1:] == (False,)))):
+                found.append(user)
+            else:
+                return []
+    return found
+
+
 def _op(node: Any, name: str) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) == name
 
@@ -213,13 +236,14 @@ class SharedRows(CustomGraphPass):
         if ENABLED:
             self._share(graph)
         if FOLD:
-            from backends.runtime import fast_norm, fused_ff  # noqa: F401 - register the ops the folds name
+            from backends.runtime import fast_norm, fused_ff, v_e4m3  # noqa: F401 - register the ops the folds name
 
             self._fold_norms(graph)
             self._fold_tensor_rows(graph)
             if ADDS:
                 self._fold_adds(graph)
             self._fold_ff_residual(graph)
+            self._fold_v(graph)
 
     @staticmethod
     def _fold(graph: torch.fx.Graph) -> None:
@@ -269,23 +293,45 @@ class SharedRows(CustomGraphPass):
 
     @staticmethod
     def _fold_tensor_rows(graph: torch.fx.Graph) -> None:
-        """An ada_zero whose one use is `fp8_tensor_rows` (a FusedFeedForward's input) writes the rows
-        itself by a scale bounded from its modulation (`ada_bound`), which also bounds the rows' norms."""
+        """An ada_zero whose uses are all fp8 rows of it, one scale a tensor for one of them at least (a
+        FusedFeedForward's or a VProjection's input; the others row-scaled: LTX-2's to_q and to_k),
+        writes the rows itself by one scale bounded from its modulation (`ada_bound`), which also bounds
+        the rows' norms; row-scaled users take that scale as each row's."""
         ops = torch.ops.ltx_tui
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not ops.fp8_tensor_rows.default:
+        for base in list(graph.nodes):
+            if not _op(base, str(ops.ada_zero.default)) or base.kwargs:
                 continue
-            base = node.args[0]
-            while _is_view(base):
-                base = base.args[0]
             x_shape = _shape(base)
-            if (not _op(base, str(ops.ada_zero.default)) or x_shape is None or base.kwargs
-                    or _shape(node.args[0]) != (math.prod(x_shape[:-1]), x_shape[-1]) or not _only_use(base, node)):
+            users = _rows_of(base, x_shape)
+            if not any(u.target is ops.fp8_tensor_rows.default for u in users):
                 continue
             x, eps, scale, shift = base.args
             fixed, norm = _insert(graph, base, ops.ada_bound.default, (scale, shift, x_shape[-1]))
             q, rows = _insert(graph, base, ops.ada_zero_rows.default, (x, eps, scale, shift, fixed))
-            _hand_over(graph, node, q, rows, norm)
+            for user in users:
+                _hand_over(graph, user, q, rows, norm)
+
+    @staticmethod
+    def _fold_v(graph: torch.fx.Graph) -> None:
+        """v of `sdpa_fp8_rows` from a `fp8_tensor_mm` it alone reads (through views): the GEMM writes v
+        in e4m3 with its scale (`fp8_tensor_mm_e4m3`), which the attention takes as they are."""
+        ops = torch.ops.ltx_tui
+        attention, mm = ops.sdpa_fp8_rows.default, ops.fp8_tensor_mm.default
+        for node in list(graph.nodes):
+            if (node.op != "call_function" or node.target is not attention or node.kwargs
+                    or len(node.args) < 5 or node.args[5:] not in ((), (None,))):
+                continue
+            v = node.args[2]
+            src = v
+            while _is_view(src):
+                src = src.args[0]
+            if not (isinstance(src, torch.fx.Node) and src.target is mm and not src.kwargs and _only_use(src, node)):
+                continue
+            v8, s_v = _insert(graph, node, ops.fp8_tensor_mm_e4m3.default, src.args[:7])
+            view = _insert(graph, node, torch.ops.aten.view.default, (v8, list(_shape(v))))
+            outs = _insert(graph, node, attention, (*node.args[:2], view, *node.args[3:5], s_v))
+            _hand_over(graph, node, *outs)
+            _erase_dead(graph, v)  # its views, then the GEMM
 
     @staticmethod
     def _fold_ff_residual(graph: torch.fx.Graph) -> None:
