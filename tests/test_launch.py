@@ -174,6 +174,15 @@ def test_ledger_appends_lines_and_finds_runs(tmp_path):
         ledger.find("0")  # a trial: the positions there are were not said
     with pytest.raises(KeyError, match="2 runs in"):
         ledger.find("20261130")
+    # a user trial: a short prefix of the ids, all digits, was read as a position and refused
+    with pytest.raises(KeyError, match="2 runs in"):
+        ledger.find("2026113")
+    other = tmp_path / "other.jsonl"
+    for rid in ("20251130-220000-aaaa", "20261130-230000-bbbb"):
+        runs.append(record(rid), other)
+    assert runs.load(other).find("2025").id.endswith("aaaa") and runs.load(other).find("202611").id.endswith("bbbb")
+    with pytest.raises(KeyError, match="holds 2 run"):
+        runs.load(other).find("2027")
 
 
 def test_runs_go_by_their_start_not_the_files_order(tmp_path, capsys):

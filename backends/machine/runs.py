@@ -265,17 +265,18 @@ class Ledger:
         return None
 
     def find(self, key: str) -> RunRecord:
-        """A record by position (1 the oldest, -1 the newest) or by id or id prefix; KeyError says
-        what the ledger holds."""
+        """A record by position (1 the oldest, -1 the newest) or by id or id prefix (a number past the
+        positions is one: `2026113`); KeyError says what the ledger holds."""
+        matches = [r for r in self.records if r.id.startswith(key)] if key else []
         if key.lstrip("-").isdigit() and len(key.lstrip("-")) < 8:  # ids start with an 8-digit date
             n = int(key)
             index = n - 1 if n > 0 else n
             if n != 0 and -len(self.records) <= index < len(self.records):
                 return self.records[index]
-            n = len(self.records)
-            positions = f": give 1 to {n} (1 the oldest) or -1 to -{n} (-1 the newest), or an id" if n else ""
-            raise KeyError(f"run {key}: the ledger {self.path} holds {n} run(s){positions}")
-        matches = [r for r in self.records if r.id.startswith(key)] if key else []
+            if not matches:  # past the positions, and no id's start (`2026`, `2026113` are)
+                n = len(self.records)
+                positions = f": give 1 to {n} (1 the oldest) or -1 to -{n} (-1 the newest), or an id" if n else ""
+                raise KeyError(f"run {key}: the ledger {self.path} holds {n} run(s){positions}")
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
