@@ -286,6 +286,27 @@ def test_a_value_wrong_only_in_case_or_quotes_says_the_fix(key, value, hint):
     assert info.value.hint == hint
 
 
+@pytest.mark.parametrize("text, key, line, said", [
+    # a user trial: tomllib's own words only ("Illegal character '\\n'", "Invalid value", a tuple's repr)
+    ('[transformer]\nquantization = "fp8-cast\n', "transformer.quantization", 2,
+     'the string "fp8-cast is not closed (close it: quantization = "fp8-cast")'),
+    ("[transformer]\nquantization = 'fp8", "transformer.quantization", 2, "close it: quantization = 'fp8'"),
+    ('[transformer]\nquantization = fp8\n', "transformer.quantization", 2,
+     'fp8 is not a TOML value (a string needs quotes) (quote it: quantization = "fp8")'),
+    ('[compile]\nenabled = True\n', "compile.enabled", 2, "True is not a TOML boolean (write it in lower case: enabled = true)"),
+    ('[diffvae]\nmode = "auto"\n[diffvae]\n', None, 3,
+     "the table [diffvae] is declared twice (keep one [diffvae] header and put all its keys under it)"),
+    ('[compile]\nenabled\n', None, 2, 'each line is a key, "=", and a value'),
+])
+def test_common_toml_slips_are_said_with_their_key_and_fix(tmp_path, text, key, line, said):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        prof.read(path)
+    assert (info.value.key, info.value.line) == (key, line) and said in str(info.value)
+    assert "TOML syntax error" in str(info.value) and "('" not in str(info.value)
+
+
 @pytest.mark.parametrize("text, said", [
     ('[offload]\nmode = "none"\n[ transformer ]\nquantization = "none"\nquantization = "fp8-cast"\n',
      "transformer.quantization: set twice (lines 4 and 5)"),  # a header with spaces: not [offload]'s key

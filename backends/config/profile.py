@@ -221,6 +221,37 @@ def _set_twice(text: str, line: int | None) -> tuple[str, int] | None:
     return ".".join((*table, key)), first
 
 
+def _line_key(lines: list[str], line: int) -> str | None:
+    """The dotted key that line `line` sets (its table from the last plain header above), if it reads
+    as `key = ...`."""
+    if not line or line > len(lines) or not (m := _KEY_LINE.match(lines[line - 1])):
+        return None
+    table = next((h.group(2) for s in reversed(lines[: line - 1]) if (h := _TABLE_LINE.match(s)) and h.group(1) == "["),
+                 None)
+    return m.group(1) if table is None else f"{table.strip()}.{m.group(1)}"
+
+
+def _syntax(text: str, line: int | None, problem: str) -> tuple[str, str | None, str | None]:
+    """(problem, key, fix) for tomllib's `problem` at `line`, in a profile's words where the slip is a
+    common one (a string not closed or not quoted, a capitalised boolean, a table declared twice)."""
+    lines = text.splitlines()
+    key = _line_key(lines, line) if line else None
+    if m := re.fullmatch(r"Cannot declare \((.*)\) twice", problem):
+        name = ".".join(part.strip().strip("'\"") for part in m.group(1).split(",") if part.strip())
+        return f"the table [{name}] is declared twice", None, f"keep one [{name}] header and put all its keys under it"
+    value = lines[line - 1].split("=", 1)[1].split("#", 1)[0].strip() if key else ""
+    leaf = key.rpartition(".")[2] if key else ""
+    if value[:1] in ("'", '"') and (len(value) < 2 or value[-1] != value[0]):
+        return f"the string {value} is not closed", key, f"close it: {leaf} = {value}{value[0]}"
+    if problem == "Invalid value" and value.lower() in ("true", "false") and value not in ("true", "false"):
+        return f"{value} is not a TOML boolean", key, f"write it in lower case: {leaf} = {value.lower()}"
+    if problem == "Invalid value" and re.fullmatch(r"[A-Za-z_][\w.+-]*", value):
+        return f"{value} is not a TOML value (a string needs quotes)", key, f'quote it: {leaf} = "{value}"'
+    if problem.startswith("Expected '=' after a key"):
+        return problem, None, 'each line is a key, "=", and a value (key = "value"), or a [table] header'
+    return problem, key, None
+
+
 def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
     """Read a profile file: (profile, warnings). Raises ProfileError for anything unusable."""
     p = Path(path)
@@ -241,8 +272,10 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-        problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+        problem = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg)
         line = int(m.group(1)) if m else getattr(e, "lineno", None)
+        if line is None and msg.endswith("(at end of document)"):
+            line = len(text.splitlines()) or None
         col = f", column {m.group(2)}" if m else ""
         bom = text.startswith("\ufeff") and line == 1  # tomllib reads a byte-order mark as a character
         twice = _set_twice(text, line) if problem == "Cannot overwrite a value" else None
@@ -250,9 +283,10 @@ def read(path: str | os.PathLike) -> tuple[Profile, list[ProfileWarning]]:
             key, first = twice
             raise ProfileError(p, f"set twice (lines {first} and {line})", line=line, key=key,
                                hint="keep one of the two lines") from None
-        raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line,
+        problem, key, fix = _syntax(text, line, problem)
+        raise ProfileError(p, f"TOML syntax error{col}: {problem}", line=line, key=key,
                            hint="the file starts with a byte-order mark (BOM); re-save it as UTF-8 without one"
-                           if bom else None) from None
+                           if bom else fix) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise nested from None
     if too_deep(data, MAX_NESTING):
