@@ -121,7 +121,8 @@ def run_main(argv: list[str]) -> int:
             print(error_json(kind, str(e), fields, code=e.code))  # its lines as they are: JSON escapes them
         return e.code
     if args.dry_run:
-        code = EXIT_USAGE if prep.policy.conflicts else EXIT_OK  # as the run would refuse its flags
+        world = launcher.world_refusal(prep)  # the run refuses its flags first, then its ranks
+        code = EXIT_USAGE if prep.policy.conflicts else world.code if world else EXIT_OK
         if args.json:
             print(json.dumps({"module": prep.module, "profile": prep.profile_path, "sha256": prep.profile_sha256,
                               "versions": prep.versions, "command": prep.command(),
@@ -139,6 +140,8 @@ def run_main(argv: list[str]) -> int:
             sys.stdout.write(launcher.describe(prep))
         if prep.policy.conflicts:
             _say(f"ltx-tui run: {launcher.conflict_message(prep.policy, prep.profile_path, prep.profile, prep.plan)}")
+        elif world:
+            _say(f"ltx-tui run: {world}")
         return code
     for w in prep.env_warnings:
         _say(f"ltx-tui run: warning: {w}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import io
+import json
 import multiprocessing
 
 import pytest
@@ -496,9 +497,17 @@ def test_dry_run_of_a_multi_gpu_module_says_what_every_rank_gets(ltx2_pipelines,
     command = out.split("LTX-2 command (what runs, in this process):\n")[1]
     assert "--compile" not in command and command.count("--diffvae-optimization") == 1
     monkeypatch.setattr(launcher, "_visible_gpus", lambda: 2)  # the profile says one GPU, two are visible
+    # a user trial: the dry run said "the run exits 2" (or, no GPU, "it would fail") and exited 0
     assert main(["run", "--profile", str(prof), "--dry-run", "--", "ltx_pipelines.distilled_mgpu",
-                 *_mgpu_args(tiny, tmp_path)]) == 0
-    assert "2 here, but the profile has parallel.gpus = 1: the run exits 2" in capsys.readouterr().out
+                 *_mgpu_args(tiny, tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert "2 here, but the profile has parallel.gpus = 1: the run exits 2" in out and "would spawn 2 ranks" in err
+    monkeypatch.setattr(launcher, "_visible_gpus", lambda: 0)
+    assert main(["run", "--profile", str(prof), "--dry-run", "--json", "--", "ltx_pipelines.distilled_mgpu",
+                 *_mgpu_args(tiny, tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["exit_code"] == 1 and "no CUDA GPU is visible here" in err
+    monkeypatch.setattr(launcher, "_visible_gpus", lambda: 2)
     assert main(["run", "--profile", str(prof), "--", "ltx_pipelines.distilled_mgpu",
                  *_mgpu_args(tiny, tmp_path)]) == 2
     assert "would spawn 2 ranks (one per visible GPU); set parallel.gpus = 2" in capsys.readouterr().err

@@ -238,6 +238,19 @@ def _check_world(module: str, label: str, gpus: int, world: int | None) -> None:
                           "(CUDA_VISIBLE_DEVICES, or parallel.devices in the profile)")
 
 
+def world_refusal(prep: Prepared) -> LaunchError | None:
+    """What the run of a prepared multi-GPU module would be refused for by its ranks (the GPUs visible
+    against `parallel.gpus`), which a dry run prints and exits with; None: nothing (or one GPU's module)."""
+    if not prep.multi_gpu:
+        return None
+    gpus = (prep.world_size or 1) if prep.as_built else prep.profile.parallel.gpus
+    try:
+        _check_world(prep.module, "--as-built" if prep.as_built else prep.profile_path, gpus, prep.world_size)
+    except LaunchError as e:
+        return e
+    return None
+
+
 def _select_devices(profile: Profile, dry_run: bool) -> tuple[str, ...]:
     """`parallel.devices`: CUDA_VISIBLE_DEVICES for the run (ordinals as this process sees them, so
     within an existing CUDA_VISIBLE_DEVICES), set before CUDA starts; LTX-2's ranks inherit it."""
@@ -411,7 +424,7 @@ def describe(prep: Prepared) -> str:
 
 def _world_text(prep: Prepared) -> str:
     if not prep.world_size:
-        return "none visible here: it would fail"
+        return "none visible here: the run exits 1"
     if prep.as_built or prep.world_size == prep.profile.parallel.gpus:
         return f"{prep.world_size} here"
     return f"{prep.world_size} here, but the profile has parallel.gpus = {prep.profile.parallel.gpus}: the run exits 2"
