@@ -571,7 +571,10 @@ def test_run_judges_ltx2s_flags_against_what_auto_decided_for_the_modules_steps(
     assert "((" not in str(e.value) and "diffvae.mode" not in str(e.value)
     # the dry run says it too (a newcomer trial: "the profile has compile.enabled = false" of an auto)
     assert main(["run", "--dry-run", "--", "ltx_pipelines.distilled", "--compile"]) == 2
-    assert "auto decided by the plan: compile.enabled = false" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "auto decided by the plan: compile.enabled = false" in err
+    # and its verdict line (a user trial: "conflicts (the profile has compile.enabled = false)" of an auto)
+    assert '--compile: conflicts (the profile has compile.enabled = "auto", which the plan decided: false)' in out
     # a flag on an option the profile set names only the profile: what auto decided for another is beside it
     # (a newcomer trial: "--diffvae-optimization chunked_eager: ... auto decided by the plan: compile.enabled")
     set_mode = tmp_path / "mode.toml"

@@ -389,7 +389,7 @@ def describe(prep: Prepared) -> str:
         lines.append(f"  not refused: {option} is not ltx-tui's to judge ({PIPELINE[option]}); the run goes on, on the "
                      "device LTX-2 picks (the CPU without CUDA)")
     lines += ["", "LTX-2 flags on the command line:"]
-    lines += [f"  {v.flag}: {v.verdict} ({v.detail})" + (": taken over" if v.verdict == "agrees" else
+    lines += [f"  {v.flag}: {v.verdict} ({_detail(prep, v)})" + (": taken over" if v.verdict == "agrees" else
                                                            f": exit 2 (drop the flag or change {v.option})")
               for v in prep.policy.verdicts] or (["  neither --compile nor --diffvae-optimization"] if prep.multi_gpu
                                                  else ["  none of --quantization, --compile, --offload, "
@@ -420,6 +420,17 @@ def describe(prep: Prepared) -> str:
     lines += [f"note: {n}" for n in prep.policy.notes + prep.notes] + [f"warning: {w}" for w in prep.env_warnings]
     lines += ["", "LTX-2 command (what runs, in this process):", f"  {prep.command()}"]
     return "\n".join(lines) + "\n"
+
+
+def _detail(prep: Prepared, verdict) -> str:
+    """A flag's verdict detail as the dry run says it: for an option the profile left to `auto`, what
+    the plan decided (the policy was judged against it), not "the profile has"."""
+    said = f"the profile has {verdict.option} = "
+    if verdict.option not in UNIT or str(prep.profile.get(verdict.option)) != "auto":
+        return verdict.detail
+    if verdict.detail.startswith(said):
+        return f"the profile has {verdict.option} = \"auto\", which the plan decided: " + verdict.detail[len(said):]
+    return f"{verdict.detail}; the profile has {verdict.option} = \"auto\", decided by the plan"
 
 
 def _world_text(prep: Prepared) -> str:
