@@ -327,8 +327,12 @@ def test_run_needs_a_module(capsys):
 @pytest.mark.parametrize("module, words", [
     ("os", "not an LTX-2 pipeline module"),
     ("ltx_pipelines.keyframe_interpolation_mgpu", "not one of LTX-2 v1.2.0's multi-GPU modules"),
-    ("ltx_pipelines.distilled_mgpu", "would silently not do:\n--quantization: every worker builds the DiT with "
-                                     "fp8-cast, so transformer.quantization = none would silently run fp8-cast"),
+    # (a user trial: "--quantization: ..." of a --quantization not given, and "parallel.gpus = 1" as the fix)
+    ("ltx_pipelines.distilled_mgpu", "would silently not do:\nit takes no --quantization: every worker builds the DiT "
+                                     "with fp8-cast, so transformer.quantization = none would silently run fp8-cast "
+                                     "(fix: set transformer.quantization = \"fp8-cast\" and offload.mode = \"none\" in "
+                                     "the profile (what LTX-2's multi-GPU modules run), or run the module without "
+                                     "_mgpu (one GPU) to keep them)"),
 ])
 def test_run_refuses_other_modules_before_anything_loads(module, words, capsys):
     assert main(["run", "--", module, "--prompt", "x"]) == 2

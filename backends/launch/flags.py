@@ -188,12 +188,16 @@ class ProfileConflict(FlagConflict):
     """The profile asks for what the module cannot do (it would silently do something else)."""
 
 
-def mgpu_refusals(profile: Profile) -> list[str]:
-    """What a profile asks of LTX-2's multi-GPU modules that they would silently not do."""
-    from backends.config.rules import RULES, mgpu_drops
+MGPU_FIX = ('set transformer.quantization = "fp8-cast" and offload.mode = "none" in the profile (what LTX-2\'s '
+            "multi-GPU modules run), or run the module without _mgpu (one GPU) to keep them")
 
-    fix = RULES["parallel.ignores-quant-offload"].remedy
-    return [f"{drop} (fix: {fix})" for drop in mgpu_drops(profile)]
+
+def mgpu_refusals(profile: Profile) -> list[str]:
+    """What a profile asks of LTX-2's multi-GPU modules that they would silently not do (each a flag
+    they take no value of, whether or not it was given: the profile asks it)."""
+    from backends.config.rules import mgpu_drops
+
+    return [f"it takes no {drop} (fix: {MGPU_FIX})" for drop in mgpu_drops(profile)]
 
 
 def _refuse_abbreviations(args: list[str]) -> None:
