@@ -106,8 +106,8 @@ def run_main(argv: list[str]) -> int:
     helps = {"-h", "--help"} & set(rest[1:])  # the module's own help: nothing to record
     why = None if helps else ledger_mod.unwritable(args.ledger)
     if why:  # before the module runs (a dry run says so too): its record would be lost after it
-        _say(f"ltx-tui run: the run could not be recorded: {printable(why)}; give --ledger a file that can be "
-             "written, or leave it out for the default")
+        _say(f"ltx-tui run: the run {'would not be' if args.dry_run else 'could not be'} recorded: {printable(why)}; "
+             "give --ledger a file that can be written, or leave it out for the default")
         if args.json:
             print(error_json("ledger", why, {"file": str(args.ledger or ledger_mod.default_ledger())}))
         return EXIT_USAGE
