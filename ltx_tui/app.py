@@ -702,7 +702,8 @@ class LtxTuiApp(App):
                 self._update_title()
                 self.notify(f"Profile written to {path}", title="Exported", markup=False)
         self.push_screen(ExportScreen(self.profile, self.capability, default,
-                                      self.decisions if self.capability is not None else None), done)
+                                      self.decisions if self.capability is not None else None,
+                                      unread=self.profile_path if self.load_failed else None), done)
 
     # --- the run's shapes --------------------------------------------------------------------
     @on(RunShapeForm.Changed)

@@ -117,3 +117,23 @@ async def test_help_shows_keys_and_actions_literally():
         await pilot.pause()
         text = on_screen(app)
         assert "[b]k[/]" in text and "quit [red]now[/] at /tmp/x[/]y" in text
+
+
+@pytest.mark.slow  # ~3 s on 2 cores: the quick suite stays under 4 minutes
+async def test_export_over_a_profile_that_could_not_be_loaded_says_its_settings_go(tmp_path, monkeypatch):
+    """A user trial: `--profile "uk [red]x.toml"` (an unknown key) edits the default profile, and the
+    export asked only "exists. Overwrite it?" before replacing the user's file with the defaults."""
+    monkeypatch.chdir(tmp_path)
+    path = Path("uk [red]x.toml")
+    path.write_text('[transformer]\nquantisation = "fp8-cast"\n')
+    app = make_app(profile_path=str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await export_to(pilot, path)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert f"{path} could not be loaded, so its settings are not the ones" in on_screen(app)  # the line wraps
+        await pilot.press("n")
+        await pilot.pause()
+        assert "quantisation" in path.read_text()
+        await export_to(pilot, tmp_path / "other.toml")  # another file: the plain write
+        assert "wrote" in on_screen(app) and (tmp_path / "other.toml").exists()

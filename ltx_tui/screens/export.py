@@ -40,6 +40,13 @@ from ltx_tui.widgets.target import target_title
 WAITING = "# the LTX-2 command line appears here once the capability probe has finished"
 
 
+def _same_file(path: Path, other: str) -> bool:
+    try:
+        return path.resolve() == Path(other).expanduser().resolve()
+    except OSError:
+        return False
+
+
 class ExportScreen(ModalScreen[Path | None]):
     """Dismisses with the written path, or None if nothing was written."""
 
@@ -52,11 +59,12 @@ class ExportScreen(ModalScreen[Path | None]):
     """
 
     def __init__(self, profile: Profile, capability: Capability | None, default_path: str,
-                 plan: Plan | None = None) -> None:
-        """`plan`: the app's plan of `profile` (the tune cache included); None while probing."""
+                 plan: Plan | None = None, unread: str | None = None) -> None:
+        """`plan`: the app's plan of `profile` (the tune cache included); None while probing. `unread`:
+        the profile file the app could not load (its contents are not what is edited)."""
         super().__init__()
         self.profile, self.capability, self.default_path = profile, capability, default_path
-        self.plan = plan
+        self.plan, self.unread = plan, unread
         self.written: Path | None = None
 
     def compose(self) -> ComposeResult:
@@ -117,8 +125,11 @@ class ExportScreen(ModalScreen[Path | None]):
                     self._write(path, overwrite=True)
                 else:
                     self._say(f"kept {printable(str(path))} as it is; nothing written", "yellow")
-            self.app.push_screen(ConfirmScreen(f"{printable(str(path))} exists. Overwrite it?", "Overwrite", "Keep"),
-                                 answered)
+            question = f"{printable(str(path))} exists. Overwrite it?"
+            if self.unread is not None and _same_file(path, self.unread):  # a trial: its contents went unsaid
+                question = (f"{printable(str(path))} could not be loaded, so its settings are not the ones edited "
+                            "here: overwriting it replaces them with this profile. Overwrite it?")
+            self.app.push_screen(ConfirmScreen(question, "Overwrite", "Keep"), answered)
             return
         except OSError as e:  # a directory, a socket, a path that cannot be looked at
             self._not_written(path, e)
