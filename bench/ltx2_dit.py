@@ -68,8 +68,8 @@ one thing of the profile's runtime in that variant's process:
                  for to_out, fast_norm's norms writing bf16 rows that the next linear quantizes
   amax-qk        the fp8 attention's q and k scaled by their amax (a reduction each) instead of the
                  static bound of LTX-2's q/k RMSNorm (`dense_attention.QKBound`)
-  v-amax         the video self-attention's v from a row-scaled GEMM in bf16, then its amax and cast
-                 (`runtime.v_e4m3` off: v in e4m3 from its GEMM by a bounded scale otherwise)
+  v-e4m3         the video self-attention's v in e4m3 straight from its GEMM by a bounded scale
+                 (`runtime.v_e4m3`, off by default until measured) instead of bf16, its amax and a cast
   per-token      without `runtime.timestep_rows` (timesteps equal across the tokens embedded and read
                  per token, as LTX-2 is called)
   multi-kernel   Inductor's `triton.multi_kernel = 1` (persistent reductions up to 16x longer rows,
@@ -180,7 +180,7 @@ ABLATIONS: dict[str, tuple[str, str, str, object]] = {
     "lt-ff": ("FeedForward in cuBLASLt", "backends.runtime.fused_ff", "FusedFeedForward.enabled", True),
     "unfolded": ("rows not folded", "backends.runtime.shared_rows", "FOLD", False),
     "amax-qk": ("q/k scales by amax", "backends.runtime.dense_attention", "STATIC_QK", False),
-    "v-amax": ("v scaled by its amax", "backends.runtime.v_e4m3", "ENABLED", False),
+    "v-e4m3": ("v in e4m3 from its GEMM", "backends.runtime.v_e4m3", "ENABLED", True),
     "adds-apart": ("residual adds apart", "backends.runtime.shared_rows", "ADDS", False),
     "cudnn-few-q": ("few-query calls on cuDNN", "backends.runtime.dense_attention", "FEW_QUERIES", 10**9),
     "per-token": ("AdaLN per token", "backends.runtime.timestep_rows", "ENABLED", False),

@@ -220,6 +220,7 @@ def test_it_takes_the_video_self_attentions_v_only(ltx2_core, monkeypatch):
     from backends.runtime.dense_attention import DenseFunction
 
     monkeypatch.setattr(cudnn_fp8_attention, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(v_e4m3, "ENABLED", True)
     model = ltx2.tiny_transformer(layers=2).to(torch.bfloat16)
     function = DenseFunction("sdpa_cudnn_fp8")
     for m in model.modules():
