@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ledger goes with the app (and with `ltx-tui run` / `ltx-tui runs`)")
     shape_flags = [f"--{n}" for n in ("resolution", "frames", "batch") if getattr(args, n) is not None]
     if shape_flags and not (args.tune or args.check):
-        parser.error(f"{', '.join(shape_flags)} go with --tune or --check (the memory plan)")
+        parser.error(f"{', '.join(shape_flags)} go{'es' if len(shape_flags) == 1 else ''} with --tune or --check "
+                     "(the memory plan)")
     if args.timeout is not None and (args.tune or args.explain or args.list_capabilities or args.check and not args.smoke):
         parser.error("--timeout goes with --check --smoke, or with the app (the seconds each smoke check may take)")
     timeout = SMOKE_TIMEOUT if args.timeout is None else args.timeout

@@ -193,7 +193,8 @@ def test_free_memory_is_what_other_processes_leave():
     assert free_bytes(preset("cpu"), P()) is None
 
 
-@pytest.mark.parametrize("argv, message", [(["--resolution", "768x512"], "go with --tune or --check"),
+@pytest.mark.parametrize("argv, message", [(["--resolution", "768x512"], "--resolution goes with --tune or --check"),
+                                           (["--frames", "9", "--batch", "2"], "--frames, --batch go with --tune"),
                                            (["--check", "--resolution", "768x500"], "multiples of 32"),
                                            (["--check", "--frames", "100"], "8k+1")])
 def test_run_flags_are_checked(capsys, argv, message):
