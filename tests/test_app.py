@@ -502,6 +502,9 @@ async def test_an_export_error_names_the_path_typed(tmp_path):
         for path in ("/proc/x.toml", str(tmp_path / "a-file" / "x.toml")):
             said = await submit_export(pilot, path)
             assert said.startswith(f"not written: {path}: ") and ".tmp" not in said, said
+        # a trial: "No such file or directory" of /proc, which exists: the file beside it cannot be made
+        said = await submit_export(pilot, "/proc/x.toml")
+        assert said.startswith("not written: /proc/x.toml: no file can be made in /proc (No such file"), said
 
 
 async def submit_export(pilot, path) -> str:

@@ -141,6 +141,8 @@ class ExportScreen(ModalScreen[Path | None]):
         or no file at all: "[Errno 28] No space left on device")."""
         why = e.strerror if e.errno is not None and e.strerror else str(e)
         why = why.removeprefix(f"{path}: ")  # a message of ours that names the path already
+        if e.filename and Path(e.filename).parent == path.parent and Path(e.filename).name != path.name:
+            why = f"no file can be made in {path.parent} ({why})"  # the temporary file beside it (/proc, /sys)
         self._say(f"not written: {printable(str(path))}: {printable(why)}", "red")
 
     def _write(self, path: Path, overwrite: bool) -> None:
