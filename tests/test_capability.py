@@ -419,14 +419,3 @@ def test_probe_all2all_finds_the_extension_and_says_what_it_could_not_tell(tmp_p
     assert package.available and package.details["all2all"] is True
     for name in ("all2all_cpp", "ltx_kernels", "ltx_kernels.all_to_all"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-
-
-def test_for_the_cpu_keeps_the_reason_there_is_no_cuda():
-    """A user trial: a dry run on a CPU-only machine said "(the model/tensors are on cpu)", which no
-    dry run has; the machine's own reason (CPU-only torch) stays, and a CUDA machine's CPU view says where."""
-    cuda = preset("h200")
-    assert cuda.for_device("cpu").torch.cuda_reason == "the model/tensors are on cpu"
-    none = dataclasses.replace(cuda, gpus=(), torch=dataclasses.replace(
-        cuda.torch, cuda_available=False, cuda_reason="this torch build has no CUDA (CPU-only wheel)"))
-    view = none.for_device("cpu")
-    assert not view.cuda and view.torch.cuda_reason == "this torch build has no CUDA (CPU-only wheel)"

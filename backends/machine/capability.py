@@ -137,10 +137,9 @@ class Capability:
     def for_device(self, device: Any) -> Capability:
         """This capability as seen by tensors on `device`: only that GPU, or none for the CPU."""
         dev = str(device)
-        if not dev.startswith("cuda"):  # the reason there is no CUDA here, where there is none
-            reason = f"the model/tensors are on {dev}" if self.cuda else self.torch.cuda_reason
+        if not dev.startswith("cuda"):
             return dataclasses.replace(self, gpus=(), torch=dataclasses.replace(
-                self.torch, cuda_available=False, cuda_reason=reason or f"the model/tensors are on {dev}"))
+                self.torch, cuda_available=False, cuda_reason=f"the model/tensors are on {dev}"))
         index = int(dev.split(":")[1]) if ":" in dev else 0
         return dataclasses.replace(self, gpus=tuple(g for g in self.gpus if g.index == index))
 
