@@ -248,6 +248,8 @@ def test_dry_run_shows_plan_verdicts_and_the_command_and_loads_nothing(ltx2_pipe
     cpu = not torch.cuda.is_available()
     assert data["exit_code"] == 0 and data["not_refused"] == (["parallel.gpus"] if cpu else [])
     assert ("  not refused: parallel.gpus is not ltx-tui's to judge" in out) == cpu
+    # a trial: "(the model/tensors are on cpu)" in a dry run, which builds no model: the machine's reason
+    assert "model/tensors" not in out
     # a conflict: the whole dry run is shown, the verdict says what exits 2, and it exits 2
     assert main(["run", "--profile", str(profile), "--dry-run", "--", "ltx_pipelines.distilled", *args,
                  "--compile", "mode=max-autotune"]) == 2

@@ -363,9 +363,8 @@ def _plan(profile: Profile, capability, run_shape: dict[str, int] | None = None,
     from backends.machine.capability import probe
 
     cap = capability or probe()
-    if run_shape is None:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        return plan_here(profile, cap, device, length)
+    if run_shape is None:  # no CUDA: the machine's own reason, not a model's placement (none is built yet)
+        return plan_here(profile, cap, torch.device("cuda") if torch.cuda.is_available() else None, length)
     visible = profile.replace(**{"parallel.devices": None}) if profile.parallel.devices else profile
     try:
         run = RunShapes(run_shape["width"], run_shape["height"], run_shape["frames"], bounded=False)
