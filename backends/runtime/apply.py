@@ -352,8 +352,8 @@ def _prepare_quantize(step: Step, model, plan, device, include) -> Apply:
                         f"for cuDNN's fp8 attention (runtime.v_e4m3)")
         if fused and lt and lt_why:
             ff_text += f" (not cuBLASLt's: {lt_why})"
-        report.add("transformer.quantization", "replaced" if replaced or ffs else "no target",
-                   f"{method} linears in scope {scope_text}{ff_text}" if replaced or ffs
+        report.add("transformer.quantization", "replaced" if replaced or ffs or vs else "no target",
+                   f"{method} linears in scope {scope_text}{ff_text}" if replaced or ffs or vs
                    else f"no nn.Linear in scope {scope_text} that {method} can run",
                    replaced + [t for t in qplan.targets if t not in targets])
         report.add("transformer.quantization_scope", "set", scope)

@@ -76,7 +76,7 @@ def tensors_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_fp8: bo
     qk = e4m3 if qk_fp8 else q.dtype if v_fp8 else v.dtype
     if v.dtype not in ((e4m3,) if v_fp8 else half) or q.dtype != qk or k.dtype != qk or (not qk_fp8 and qk not in half):
         want = (f"q and k {'float8_e4m3fn' if qk_fp8 else 'one of bf16/fp16'}, v "
-                f"{'float8_e4m3fn' if v_fp8 else 'bf16/fp16' if qk_fp8 or v_fp8 else 'their dtype'}")
+                f"{'float8_e4m3fn' if v_fp8 else 'bf16/fp16' if qk_fp8 else 'their dtype'}")
         return f"q, k, v must be: {want} (got {q.dtype}, {k.dtype}, {v.dtype})"
     d = q.shape[-1]
     if d % 16 or d > 128 or k.shape[-1] != d or v.shape[-1] != d:

@@ -161,7 +161,7 @@ class DenseFunction:
     @property
     def static_qk(self) -> bool:
         """Whether this function's fp8 calls take q and k by `QKBound`'s static scales (`for_module`'s copy)."""
-        return self._qk is not None
+        return self._qk is not None and STATIC_QK and QKBound.applies(self._qk.module)
 
     @property
     def label(self) -> str:

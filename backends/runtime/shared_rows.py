@@ -328,7 +328,7 @@ class SharedRows(CustomGraphPass):
             if not (isinstance(src, torch.fx.Node) and src.target is mm and not src.kwargs and _only_use(src, node)):
                 continue
             v8, s_v = _insert(graph, node, ops.fp8_tensor_mm_e4m3.default, src.args[:7])
-            view = _insert(graph, node, torch.ops.aten.view.default, (v8, list(_shape(v))))
+            view = _insert(graph, node, v.target, (v8, v.args[1])) if v is not src else v8  # the shape's own args
             outs = _insert(graph, node, attention, (*node.args[:2], view, *node.args[3:5], s_v))
             _hand_over(graph, node, *outs)
             _erase_dead(graph, v)  # its views, then the GEMM

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from backends.runtime import shared_rows
 from backends.runtime.quant import FP8ScaledMMLinear, tensor_rows
 from kernels.int8_gemm import FP8_MAX
 
@@ -51,9 +52,9 @@ def _mm_fake(q, xs, xnorm, w, ws, wb, bias, out_dtype):
 def mm_e4m3(q: torch.Tensor, xs: torch.Tensor, xnorm: torch.Tensor, w: torch.Tensor, ws: torch.Tensor,
             wb: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(v8, s_v): x @ W.T + b in float8_e4m3fn by the one scale s_v ((1,) fp32), from `xnorm` ((1,), a
-    bound on x's rows' L2 norms) and `wb` ((2,): the largest L2 norm of W's rows, the largest |b|): no
-    element of v / s_v can pass e4m3's 448."""
-    s_v = ((xnorm * X_ROUNDING * wb[0] + wb[1]) * (MARGIN / FP8_MAX)).clamp(min=1e-30).float()
+    bound on x's rows' L2 norms) and `wb` (`VProjection.weight_bound`): no element of v / s_v can pass
+    e4m3's 448 (up to fast accumulation's rounding, which MARGIN is meant to cover: a GPU test to come)."""
+    s_v = torch.addcmul(wb[1:], xnorm, wb[:1])  # s_v = xnorm * c1 + c2: one launch
     b = None if bias is None else (bias.float() / s_v).to(bias.dtype)
     v8 = torch._scaled_mm(q, w.t(), scale_a=xs[:1] / s_v, scale_b=ws, bias=b, out_dtype=E4M3,
                           use_fast_accum=FP8ScaledMMLinear.fast_accum)
@@ -72,13 +73,15 @@ def _mm_e4m3_fake(q, xs, xnorm, w, ws, wb, bias):
 
 
 class VProjection(FP8ScaledMMLinear):
-    """fp8-scaled-mm by one scale a tensor, with the bound `mm_e4m3` needs (`weight_bound`)."""
+    """fp8-scaled-mm by one scale a tensor, with the bound `mm_e4m3` needs: `weight_bound` (c1, c2), s_v =
+    xnorm * c1 + c2 for c1 = max_j ||w_j|| X_ROUNDING MARGIN / 448, c2 = max|b| MARGIN / 448."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__(linear, scales="tensor")
         rows = (self.weight.float() * self.weight_scale).norm(dim=1).amax()
         bias = torch.zeros((), device=rows.device) if self.bias is None else self.bias.detach().float().abs().amax()
-        self.register_buffer("weight_bound", torch.stack([rows, bias.to(rows.device)]).float())
+        bound = torch.stack([rows * X_ROUNDING, bias.to(rows.device).clamp(min=1e-30)]) * (MARGIN / FP8_MAX)
+        self.register_buffer("weight_bound", bound.float())
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", v in e4m3 from the GEMM where only cuDNN's fp8 attention reads it"
@@ -94,7 +97,9 @@ class VProjection(FP8ScaledMMLinear):
 def targets(model: nn.Module, names: tuple[str, ...]) -> list[str]:
     """The linears among `names` that `VProjection` takes: `to_v` of LTX-2's video self-attention
     (a block's `attn1`; `audio_attn1`'s 126 tokens never take the fp8 attention) whose attention runs
-    cuDNN's fp8 path with static q/k scales (`DenseFunction.for_module`), in bf16/fp16."""
+    cuDNN's fp8 path with static q/k scales (`DenseFunction.for_module`), in bf16/fp16, where the pass
+    can fold its rows into the norm (no gate linear beside it, `shared_rows.FOLD`): else it would
+    only add a pass over x."""
     chosen = []
     for name in names if ENABLED else ():
         parent, _, leaf = name.rpartition(".")
@@ -103,7 +108,8 @@ def targets(model: nn.Module, names: tuple[str, ...]) -> list[str]:
         module = model.get_submodule(parent)
         linear = getattr(module, "to_v", None)
         if (type(linear) is nn.Linear and linear.weight.dtype in (torch.bfloat16, torch.float16)
-                and getattr(module.attention_function, "static_qk", False)):
+                and getattr(module, "to_gate_logits", None) is None  # a gate's linear reads x too: no fold
+                and shared_rows.FOLD and getattr(module.attention_function, "static_qk", False)):
             chosen.append(name)
     return chosen
 
