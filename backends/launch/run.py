@@ -150,11 +150,16 @@ def _read_profile(path: str | None) -> tuple[Profile, str, str]:
     return profile, str(path), hashlib.sha256(data).hexdigest()
 
 
+def _left_to_auto(profile: Profile, option: str) -> bool:
+    """Whether the flags judge `option` against what the plan decided: the profile left it to `auto`."""
+    return option in UNIT and str(profile.get(option)) == "auto"
+
+
 def conflict_message(policy: flagmod.FlagPolicy, label: str, profile: Profile | None = None, plan=None) -> str:
     """Each flag that disagrees with the profile `label` names, with the fix. Given the profile and its
     plan, a flag whose option the profile left to `auto` also says what the plan decided for it."""
     def where(option: str) -> str:
-        if plan is None or profile is None or option not in UNIT or str(profile.get(option)) != "auto":
+        if plan is None or profile is None or not _left_to_auto(profile, option):
             return label.strip("()")
         return f"{label.strip('()')}; auto decided by the plan: {option} = {show_value(plan[option].effective)}"
     return "the profile is authoritative; these LTX-2 flags disagree with it:\n" + "\n".join(
@@ -189,7 +194,7 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         raise LaunchError(f"{label}: parallel.gpus = {n} is sequence parallelism over {n} GPUs, which only LTX-2's "
                           f"multi-GPU modules run; {module} runs on one GPU: use "
                           + (mgpu or " or ".join(flagmod.MGPU_MODULES)) + ", or set parallel.gpus = 1")
-    undecided = {k for k in UNIT if str(profile.get(k)) == "auto"}  # the plan decides them (below)
+    undecided = {k for k in UNIT if _left_to_auto(profile, k)}  # the plan decides them (below)
     policy = _policy(module, module_args, profile.replace(**{k: PRIOR[k] for k in undecided}), label, multi_gpu)
     known = dataclasses.replace(policy, verdicts=tuple(v for v in policy.verdicts if v.option not in undecided))
     if known.conflicts and not dry_run:
@@ -214,11 +219,9 @@ def prepare(profile_path: str | None, module: str, module_args: list[str] | tupl
         raise LaunchError("the multi-GPU preflight refuses this run:\n" + "\n".join(
             f"  {d.option} = {toml_value(d.requested)}: {d.message} (fix: {d.remedy})" for d in preflight),
             code=EXIT_FAILED)
-    world = _visible_gpus() if multi_gpu else None
-    if multi_gpu and not dry_run:
-        _check_world(module, label, n, world)
-    return Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
-                    shape, env_warnings, world_size=world, notes=notes)
+    prep = Prepared(module, tuple(module_args), label, profile, digest, policy, plan, versions,
+                    shape, env_warnings, world_size=_visible_gpus() if multi_gpu else None, notes=notes)
+    return _with_world(prep, dry_run)
 
 
 def _visible_gpus() -> int:
@@ -239,8 +242,9 @@ def _check_world(module: str, label: str, gpus: int, world: int | None) -> None:
 
 
 def world_refusal(prep: Prepared) -> LaunchError | None:
-    """What the run of a prepared multi-GPU module would be refused for by its ranks (the GPUs visible
-    against `parallel.gpus`), which a dry run prints and exits with; None: nothing (or one GPU's module)."""
+    """What the run of a prepared multi-GPU module is refused for by its ranks (the GPUs visible against
+    `parallel.gpus`; as built, any number but one at least), which a dry run prints and exits with;
+    None: nothing (or one GPU's module)."""
     if not prep.multi_gpu:
         return None
     gpus = (prep.world_size or 1) if prep.as_built else prep.profile.parallel.gpus
@@ -249,6 +253,14 @@ def world_refusal(prep: Prepared) -> LaunchError | None:
     except LaunchError as e:
         return e
     return None
+
+
+def _with_world(prep: Prepared, dry_run: bool) -> Prepared:
+    """`prep`, unless its ranks refuse the run (`world_refusal`: raised, except for a dry run, which says it)."""
+    refused = None if dry_run else world_refusal(prep)
+    if refused:
+        raise refused
+    return prep
 
 
 def _select_devices(profile: Profile, dry_run: bool) -> tuple[str, ...]:
@@ -281,8 +293,6 @@ def _prepare_as_built(profile_path, module, module_args, capability, dry_run: bo
     if multi_gpu:
         versions = _gate(module)
         world = _visible_gpus()
-        if not dry_run:
-            _check_world(module, "--as-built", world or 1, world)  # any number of ranks, but one at least
     try:
         profile = flagmod.equivalent_profile(module_args, "expandable_segments:True" in os.environ.get(
             "PYTORCH_CUDA_ALLOC_CONF", ""), multi_gpu=multi_gpu, world_size=world or 1)
@@ -291,9 +301,10 @@ def _prepare_as_built(profile_path, module, module_args, capability, dry_run: bo
     versions = versions or _gate(module)
     policy = flagmod.FlagPolicy(tuple(module_args), dit_steps=(), decoder_steps=(),
                                 notes=("as built: LTX-2's own flags act; ltx-tui only measures",))
-    return Prepared(module, tuple(module_args), "(none: LTX-2 as built, its own flags)",
-                    profile, hashlib.sha256(dumps(profile).encode()).hexdigest(), policy, _plan(profile, capability),
-                    versions, _shape(tuple(module_args)), as_built=True, world_size=world)
+    return _with_world(Prepared(module, tuple(module_args), "(none: LTX-2 as built, its own flags)", profile,
+                                hashlib.sha256(dumps(profile).encode()).hexdigest(), policy,
+                                _plan(profile, capability), versions, _shape(tuple(module_args)), as_built=True,
+                                world_size=world), dry_run)
 
 
 def _check_module(module: str) -> None:
@@ -425,7 +436,7 @@ def _detail(prep: Prepared, verdict) -> str:
     """A flag's verdict detail as the dry run says it: for an option the profile left to `auto`, what
     the plan decided (the policy was judged against it), not "the profile has"."""
     said = f"the profile has {verdict.option} = "
-    if verdict.option not in UNIT or str(prep.profile.get(verdict.option)) != "auto":
+    if not _left_to_auto(prep.profile, verdict.option):
         return verdict.detail
     if verdict.detail.startswith(said):
         return f"the profile has {verdict.option} = \"auto\", which the plan decided: " + verdict.detail[len(said):]
