@@ -123,6 +123,16 @@ def _pe(tokens, heads, dim):
     return ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
 
 
+def _self_attention_case():
+    """(x, pe, LTX-2's output, a copy of its attention to change): 2048 tokens of 4 heads x 64."""
+    attn = _ltx2_attention()
+    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
+    pe = _pe(2048, 4, 64)
+    with torch.inference_mode():
+        want = attn(x, pe=pe)
+    return x, pe, want, copy.deepcopy(attn)
+
+
 @pytest.mark.usefixtures("ltx2_core")
 @pytest.mark.parametrize("fast_pre", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
@@ -136,12 +146,7 @@ def test_ltx2_attention_with_fp8_to_out_and_static_q_k(compiled, fast_pre):
 
     from backends.runtime import fast_norm, quant, shared_rows
 
-    attn = _ltx2_attention()
-    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
-    pe = _pe(2048, 4, 64)
-    with torch.inference_mode():
-        want = attn(x, pe=pe)
-    ours = copy.deepcopy(attn)
+    x, pe, want, ours = _self_attention_case()
     quant.quantize_linears(ours, "fp8-scaled-mm")
     ours.attention_function = DenseFunction("sdpa_cudnn_fp8").for_module(ours)
     assert ours.attention_function._qk is not None
@@ -203,12 +208,7 @@ def test_ltx2_attention_with_v_in_e4m3_from_its_gemm():
 
     from backends.runtime import quant, shared_rows, v_e4m3
 
-    attn = _ltx2_attention()
-    x = torch.randn(1, 2048, 256, device="cuda", dtype=torch.bfloat16)
-    pe = _pe(2048, 4, 64)
-    with torch.inference_mode():
-        want = attn(x, pe=pe)
-    ours = copy.deepcopy(attn)
+    x, pe, want, ours = _self_attention_case()
     ours.attention_function = DenseFunction("sdpa_cudnn_fp8").for_module(ours)
     ours.to_v = v_e4m3.VProjection(ours.to_v)
     quant.quantize_linears(ours, "fp8-scaled-mm")
